@@ -1,0 +1,34 @@
+"""Environments built on the gflownet_measure core, registered by name for the CLI, checks and tests."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.graph import PointedGraph
+
+from . import hypergrid
+
+__all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """A registered space: its settings, a graph factory and default (untrained) policies ``(P_F, P_B)``."""
+
+    name: str
+    description: str
+    settings: dict[str, Setting]
+    make_graph: Callable[[dict], PointedGraph]
+    make_policies: Callable[[PointedGraph, dict], tuple]
+
+
+ENVIRONMENTS: dict[str, EnvironmentSpec] = {
+    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.SETTINGS, hypergrid.make_graph, hypergrid.make_policies),
+}
+
+
+def get_environment(name: str) -> EnvironmentSpec:
+    if name not in ENVIRONMENTS:
+        raise ConfigError(f"unknown environment {name!r}; valid: {', '.join(sorted(ENVIRONMENTS))}")
+    return ENVIRONMENTS[name]

@@ -1,0 +1,82 @@
+"""The hypergrid (Bengio et al. 2021): the discrete special case of the theory (Lahlou et al. 2023, Appendix B).
+
+States are points of :math:`\\{0, \\dots, H-1\\}^D`; from ``x`` one moves +1 along one axis or
+stops. Reward, with :math:`a_d = |x_d/(H-1) - 1/2|`:
+
+.. math:: R(x) = R_0 + R_1 \\prod_d 1[0.25 < a_d \\le 0.5] + R_2 \\prod_d 1[0.3 < a_d < 0.4]
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor
+
+from gflownet_measure.config import Setting
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.kernels import Kernel, atoms_measure
+from gflownet_measure.measures import Measure, counting
+from gflownet_measure.policies import MLPPolicy, UniformPolicy
+
+SETTINGS = {
+    "height": Setting(8, "grid side H", low=2, high=64),
+    "ndim": Setting(2, "dimension D", low=1, high=6),
+    "R0": Setting(1e-3, "background reward (> 0 so log R is finite)", low=1e-12),
+    "R1": Setting(0.5, "reward of the outer band", low=0.0),
+    "R2": Setting(2.0, "reward of the inner squares", low=0.0),
+}
+
+
+class HypergridKernel(Kernel):
+    """:math:`\\kappa(x, \\cdot) = \\sum_{d: x_d < H-1} \\delta_{x + e_d} + \\delta_\\bot` (``forward``), or
+    :math:`\\kappa_b(x, \\cdot) = \\sum_{d: x_d > 0} \\delta_{x - e_d}` (backward): counting measures."""
+
+    def __init__(self, height: int, ndim: int, forward: bool):
+        self.height, self.ndim, self.forward = height, ndim, forward
+
+    def __call__(self, s: Tensor) -> Measure:
+        B, D = s.shape
+        eye = torch.eye(D, dtype=s.dtype)
+        if self.forward:
+            x = torch.cat([s[:, None] + eye, s[:, None]], 1)  # D children, then the sink atom
+            mask = torch.cat([s < self.height - 1, torch.ones(B, 1, dtype=torch.bool)], 1)
+            sink = torch.zeros_like(mask)
+            sink[:, -1] = True
+            return atoms_measure(x, mask, sink)
+        return atoms_measure(s[:, None] - eye, s > 0)
+
+
+def log_reward(x: Tensor, height: int, R0: float, R1: float, R2: float) -> Tensor:
+    a = (x / (height - 1) - 0.5).abs()
+    band = ((a > 0.25) & (a <= 0.5)).all(-1)
+    square = ((a > 0.3) & (a < 0.4)).all(-1)
+    return torch.log(R0 + R1 * band + R2 * square)
+
+
+def make_graph(cfg: dict) -> PointedGraph:
+    H, D = cfg["height"], cfg["ndim"]
+    grid = torch.tensor(list(itertools.product(range(H), repeat=D)), dtype=torch.float32)
+    everything = counting(grid)
+
+    def encode(x: Tensor) -> Tensor:
+        return torch.nn.functional.one_hot(x.long(), H).flatten(1).float()
+
+    return PointedGraph(
+        name=f"hypergrid(H={H}, D={D})",
+        source=torch.zeros(D),
+        kappa=HypergridKernel(H, D, forward=True),
+        kappa_b=HypergridKernel(H, D, forward=False),
+        nu=everything,
+        terminal=everything,
+        log_reward=lambda x: log_reward(x, H, cfg["R0"], cfg["R1"], cfg["R2"]),
+        max_length=D * (H - 1) + 1,
+        encode=encode,
+    )
+
+
+def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hidden: int = 128, n_layers: int = 2):
+    """``(P_F, P_B)``: an MLP on one-hot coordinates over the ``D + 1`` atoms; P_B uniform or an MLP over ``D`` parents."""
+    H, D = cfg["height"], cfg["ndim"]
+    pf = MLPPolicy(graph.kappa, graph.encode, D * H, D + 1, hidden=hidden, n_layers=n_layers)
+    pb = UniformPolicy(graph.kappa_b) if backward == "uniform" else MLPPolicy(graph.kappa_b, graph.encode, D * H, D, hidden=hidden, n_layers=n_layers)
+    return pf, pb

@@ -1,0 +1,44 @@
+"""Figures shared by experiments (matplotlib, Agg backend, PNG files)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["plot_history", "plot_grid_pair"]
+
+
+def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
+    """``key`` against trajectories seen, one point per evaluation."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    xs = [r["trajectories"] for r in history if key in r]
+    ys = [r[key] for r in history if key in r]
+    ax.plot(xs, ys, marker="o", ms=3)
+    ax.set_xlabel("trajectories sampled")
+    ax.set_ylabel(key)
+    if log_y and all(y > 0 for y in ys):
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: str) -> None:
+    """Two 2-D distributions side by side on a shared colour scale (target left, learned right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
+    vmax = max(target.max(), learned.max())
+    for ax, img, name in zip(axes, (target, learned), ("target R/Z", "learned P_T")):
+        im = ax.imshow(img.T, origin="lower", vmin=0, vmax=vmax, cmap="viridis")
+        ax.set_title(name)
+        ax.set_xlabel("x_1")
+        ax.set_ylabel("x_2")
+    fig.colorbar(im, ax=axes, shrink=0.85)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,45 @@
+"""Replay buffers with uniform sampling."""
+from __future__ import annotations
+
+import torch
+
+from .trajectories import Trajectories
+
+__all__ = ["ReplayBuffer"]
+
+
+class ReplayBuffer:
+    """A FIFO ring of at most ``capacity`` trajectories, sampled uniformly without replacement.
+
+    Trajectories are stored batch-major and padded to ``max_length + 1`` positions (padding is
+    flagged as sink, as in :class:`Trajectories`).
+    """
+
+    def __init__(self, capacity: int, max_length: int, state_dim: int):
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.states = torch.zeros(capacity, max_length + 1, state_dim)
+        self.sink = torch.ones(capacity, max_length + 1, dtype=torch.bool)
+        self.log_R = torch.zeros(capacity)
+        self.size, self.head = 0, 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, traj: Trajectories) -> None:
+        T1, B = traj.sink.shape
+        idx = (self.head + torch.arange(B)) % self.capacity
+        states = traj.states.transpose(0, 1)
+        pad = self.states.shape[1] - T1
+        self.states[idx] = torch.cat([states, states[:, -1:].expand(-1, pad, -1)], 1)
+        self.sink[idx] = torch.cat([traj.sink.transpose(0, 1), torch.ones(B, pad, dtype=torch.bool)], 1)
+        self.log_R[idx] = traj.log_R.to(self.log_R.dtype)
+        self.head = int((self.head + B) % self.capacity)
+        self.size = min(self.capacity, self.size + B)
+
+    def sample(self, n: int) -> Trajectories:
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        idx = torch.randperm(self.size)[: min(n, self.size)]
+        return Trajectories(self.states[idx].transpose(0, 1), self.sink[idx].transpose(0, 1), self.log_R[idx]).trimmed()

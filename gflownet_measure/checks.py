@@ -1,0 +1,272 @@
+"""Numerical checks of the theory's conditions on any pointed graph (Lahlou et al. 2023, Definition 1).
+
+Each check returns a :class:`CheckResult` (condition, estimate, tolerance, pass/fail). Integrals are
+exact sums over atoms and Monte Carlo (or quadrature) over charted pieces; a Monte Carlo estimate is
+compared with ``z`` standard errors (``z = 5``: a false failure rate of about 6e-7 per comparison
+under the normal approximation), an exact one with a float64 round-off tolerance.
+
+=================  ====================================================================
+eq. 1              every state of nu is reachable from s0 (exact search / backward walks)
+eq. 2              the sink is absorbing: no state has the sink among its parents
+eq. 4              nu (x) kappa = swap(nu (x) kappa_b) on random test functions, sink pairs included
+eq. 5              kappa_b(s0, .) = 0
+eq. 6              kappa(s, {sink}) is 0 or 1
+eq. 7              every trajectory reaches the sink within N steps (no dead ends, no cycles)
+eq. 15, 16         P_F(s, .) and P_B(s', .) integrate to one against kappa(s, .) and kappa_b(s', .)
+=================  ====================================================================
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .exact import index_of
+from .graph import PointedGraph
+from .measures import Measure, WeightedPoints
+from .policies import Policy, UniformPolicy
+from .rollout import sample_backward, sample_forward
+
+__all__ = ["CheckResult", "Report", "check_graph", "integrate", "Z_SCORE"]
+
+Z_SCORE = 5.0
+EXACT_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    condition: str
+    estimate: float
+    tolerance: float
+    passed: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    graph: str
+    results: tuple[CheckResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def __str__(self) -> str:
+        w = max(len(r.condition) for r in self.results)
+        lines = [f"theory checks for {self.graph}", f"{'condition':<{w}}  {'estimate':>11}  {'tolerance':>11}  result"]
+        for r in self.results:
+            lines.append(f"{r.condition:<{w}}  {r.estimate:>11.3g}  {r.tolerance:>11.3g}  {'pass' if r.passed else 'FAIL'}  {r.detail}")
+        lines.append(f"{'all conditions hold' if self.passed else 'some conditions FAIL'}")
+        return "\n".join(lines)
+
+
+def integrate(wp: WeightedPoints, values: Tensor, inner_var: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """:math:`\\int v\\, d\\mu_b \\approx \\sum_m w_{bm} v_{bm}` ``[B]`` and its Monte Carlo variance ``[B]``.
+
+    Atom nodes are exact (they only pass on ``inner_var``, the variance of their own values); the
+    ``M`` nodes of a piece are i.i.d., so the variance of their sum is the sample variance of
+    ``M w v`` over ``M`` (inner noise included).
+    """
+    w = torch.where(wp.mask, wp.log_w.exp(), torch.zeros_like(wp.log_w))
+    terms = torch.where(wp.mask, w * values, torch.zeros_like(values))
+    var = torch.zeros_like(terms[:, 0])
+    if inner_var is not None:
+        var = var + (w[:, wp.exact] ** 2 * inner_var[:, wp.exact]).sum(1)
+    for c in wp.component[~wp.exact].unique():
+        nodes = wp.component == c
+        M = int(nodes.sum())
+        var = var + (M * terms[:, nodes]).var(1) / M
+    return terms.sum(1), var
+
+
+def _tolerance(var: Tensor, scale: Tensor, method: str, rtol: float = EXACT_RTOL) -> Tensor:
+    """``z`` standard errors for Monte Carlo, plus round-off ``rtol`` (exact sums) or 1e-3 relative (quadrature)."""
+    if method == "quadrature":  # deterministic nodes: no standard error, a relative quadrature tolerance
+        return 1e-3 * (1 + scale)
+    return Z_SCORE * var.clamp(min=0).sqrt() + rtol * (1 + scale)
+
+
+def _nodes(measure: Measure, n: int, method: str) -> WeightedPoints:
+    return measure.weighted_points(n, method)
+
+
+def _test_function(graph: PointedGraph, gen: torch.Generator):
+    """A random :math:`f(s, s') = \\cos(a \\cdot e(s) + b \\cdot e(s') + c)`, :math:`f(s, \\bot) = \\cos(a \\cdot e(s) + d)`, ``e = graph.encode``."""
+    F = graph.encode(graph.source[None].float()).shape[1]
+    a, b = torch.randn(2, F, generator=gen, dtype=torch.float64)
+    c, d = (torch.rand(2, generator=gen, dtype=torch.float64) * 2 * math.pi).tolist()
+
+    def enc(x: Tensor) -> Tensor:
+        return graph.encode(x.flatten(0, 1).float()).double().reshape(*x.shape[:2], -1)
+
+    def f(s: Tensor, x: Tensor, sink: Tensor) -> Tensor:  # s, x [N, M, D], sink [N, M] -> [N, M]
+        es = enc(s) @ a
+        return torch.where(sink, torch.cos(es + d), torch.cos(es + enc(x) @ b + c))
+
+    return f
+
+
+def _pair_integral(outer: WeightedPoints, kernel, f, swap: bool, n: int, method: str) -> tuple[float, float, float]:
+    """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`); estimate, variance, scale."""
+    s = outer.x[0][outer.mask[0] & ~outer.sink[0]]
+    inner = _nodes(kernel(s), n, method)
+    outer_s = s[:, None].expand_as(inner.x)
+    x = torch.where(inner.mask[..., None], inner.x, outer_s)  # absent atoms may hold invalid states
+    v = f(x, outer_s, torch.zeros_like(inner.sink)) if swap else f(outer_s, x, inner.sink)
+    est, var = integrate(inner, v)
+    keep = outer.mask[0] & ~outer.sink[0]
+    sub = WeightedPoints(outer.x[:, keep], outer.sink[:, keep], outer.log_w[:, keep], outer.mask[:, keep], outer.component[keep], outer.n_atoms)
+    e, vv = integrate(sub, est[None], var[None])
+    scale = integrate(sub, integrate(inner, v.abs())[0][None])[0]
+    return float(e), float(vv), float(scale)
+
+
+def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:
+    """eq. 4: :math:`\\int f\\, d(\\nu\\otimes\\kappa) = \\int f(s, s')\\, \\nu(ds')\\kappa_b(s', ds)` for random ``f``, sink pairs included."""
+    nu = _nodes(graph.nu, n, method)
+    terminal = _nodes(graph.terminal, n, method)
+    worst, worst_tol, worst_ratio = 0.0, 0.0, -1.0
+    for _ in range(n_functions):
+        f = _test_function(graph, gen)
+        lhs, v1, s1 = _pair_integral(nu, graph.kappa, f, False, n, method)
+        rhs, v2, s2 = _pair_integral(nu, graph.kappa_b, f, True, n, method)
+        t_sink = f(terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [1, M]
+        e3, v3 = integrate(terminal, t_sink)
+        diff = lhs - rhs - float(e3)
+        tol = float(_tolerance(torch.tensor(v1 + v2 + float(v3[0])), torch.tensor(s1 + s2 + float(integrate(terminal, t_sink.abs())[0][0])), method))
+        if abs(diff) / tol > worst_ratio:
+            worst, worst_tol, worst_ratio = abs(diff), tol, abs(diff) / tol
+    return CheckResult("eq. 4  nu(x)kappa = nu(x)kappa_b", worst, worst_tol, worst_ratio <= 1, f"max |lhs - rhs| over {n_functions} test functions")
+
+
+def _walk_policy(kernel, fallback: Policy | None) -> Policy:
+    return fallback if fallback is not None else UniformPolicy(kernel)
+
+
+def check_reachability(graph: PointedGraph, n: int, method: str, pb: Policy | None) -> CheckResult:
+    """eq. 1: every state of :math:`\\nu` is reachable from :math:`s_0`."""
+    if not graph.nu.pieces:
+        states = graph.nu.atoms.x[0][graph.nu.atoms.mask[0]].float()
+        seen = index_of(states, graph.source[None].float()) == torch.arange(len(states))
+        frontier = seen.clone()
+        for _ in range(graph.max_length):
+            a = graph.kappa(states[frontier]).atoms
+            nxt = index_of(states, a.x[a.mask & ~a.sink])
+            frontier = torch.zeros_like(seen)
+            frontier[nxt[nxt >= 0]] = True
+            frontier &= ~seen
+            seen |= frontier
+        missing = int((~seen).sum())
+        return CheckResult("eq. 1  reachability", missing, 0, missing == 0, f"{missing} of {len(states)} states unreachable from s0 (exact search)")
+    nodes = _nodes(graph.nu, n, "mc")
+    x = nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()
+    try:
+        sample_backward(graph, _walk_policy(graph.kappa_b, pb), x)
+        failed = 0
+    except (RuntimeError, ValueError) as e:
+        failed, note = 1, str(e)
+    detail = f"backward walks from {len(x)} sampled states reach s0" if not failed else note
+    return CheckResult("eq. 1  reachability", failed, 0, failed == 0, detail)
+
+
+def check_absorbing_sink(graph: PointedGraph, n: int, method: str) -> CheckResult:
+    """eq. 2: :math:`\\kappa(\\bot, \\cdot) = \\delta_\\bot`, i.e. no state lists the sink among its parents."""
+    nodes = _nodes(graph.nu, n, method)
+    a = graph.kappa_b(nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()).atoms
+    bad = int((a.sink & a.mask).any(1).sum())
+    return CheckResult("eq. 2  absorbing sink", bad, 0, bad == 0, f"{bad} states have the sink as a parent")
+
+
+def check_source_has_no_parent(graph: PointedGraph) -> CheckResult:
+    """eq. 5: :math:`\\kappa_b(s_0, \\cdot) = 0`."""
+    zero = bool(graph.kappa_b(graph.source[None]).is_zero()[0])
+    return CheckResult("eq. 5  kappa_b(s0, .) = 0", 0.0 if zero else 1.0, 0, zero, "s0 has no parent" if zero else "s0 has parents")
+
+
+def check_sink_mass(graph: PointedGraph, n: int, method: str) -> CheckResult:
+    """eq. 6: :math:`\\kappa(s, \\{\\bot\\}) \\in \\{0, 1\\}` for every state."""
+    nodes = _nodes(graph.nu, n, method)
+    a = graph.kappa(nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()).atoms
+    mass = torch.where(a.sink & a.mask, a.log_mass.double().exp(), torch.zeros_like(a.log_mass, dtype=torch.float64)).sum(1)
+    err = float(torch.minimum(mass, (mass - 1).abs()).max()) if len(mass) else 0.0
+    return CheckResult("eq. 6  kappa(s, {sink}) in {0, 1}", err, 1e-9, err <= 1e-9, "max distance of the sink mass to {0, 1}")
+
+
+def check_finite_absorption(graph: PointedGraph, n: int, pf: Policy | None) -> CheckResult:
+    """eq. 7: :math:`\\kappa^N(s_0, \\cdot)` is concentrated on the sink (no dead ends, no cycles longer than ``N``)."""
+    if not graph.nu.pieces:
+        states = graph.nu.atoms.x[0][graph.nu.atoms.mask[0]].float()
+        frontier = index_of(states, graph.source[None].float()) == torch.arange(len(states))
+        dead = 0
+        for _ in range(graph.max_length):
+            m = graph.kappa(states[frontier])
+            dead += int(m.is_zero().sum())
+            a = m.atoms
+            nxt = index_of(states, a.x[a.mask & ~a.sink])
+            frontier = torch.zeros_like(frontier)
+            frontier[nxt[nxt >= 0]] = True
+        alive = int(frontier.sum())
+        ok = alive == 0 and dead == 0
+        return CheckResult("eq. 7  absorbed within N", alive + dead, 0, ok, f"N={graph.max_length}: {alive} states still reachable after N steps, {dead} dead ends (exact)")
+    try:
+        sample_forward(graph, _walk_policy(graph.kappa, pf), n)
+        return CheckResult("eq. 7  absorbed within N", 0, 0, True, f"N={graph.max_length}: {n} forward walks reached the sink")
+    except (RuntimeError, ValueError) as e:
+        return CheckResult("eq. 7  absorbed within N", 1, 0, False, str(e))
+
+
+def check_normalised(graph: PointedGraph, policy: Policy, backward: bool, n: int, method: str) -> CheckResult:
+    """eq. 15-16: :math:`\\int P(s, dx) = \\int p(s, x)\\, \\kappa(s, dx) = 1` at states drawn from :math:`\\nu`."""
+    nodes = _nodes(graph.nu, n, method)
+    s = nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()
+    kernel = graph.kappa_b if backward else graph.kappa
+    s = s[~kernel(s).is_zero()]
+    with torch.no_grad():
+        d = policy(s)
+        inner = d.measure.weighted_points(n, method)
+        M = inner.x.shape[1]
+        rows = torch.arange(len(s)).repeat_interleave(M)
+        flat_mask = inner.mask.reshape(-1)
+        dens = torch.zeros(len(s) * M, dtype=torch.float64)
+        sub = policy(s[rows[flat_mask]])
+        log_p = sub.log_prob(inner.x.reshape(len(s) * M, -1)[flat_mask].to(s.dtype), inner.sink.reshape(-1)[flat_mask])
+        dens[flat_mask] = log_p.double().exp()
+    est, var = integrate(inner, dens.reshape(len(s), M))
+    err = (est - 1).abs()
+    # round-off of a softmax in the policy's precision, summed over up to a few dozen atoms
+    tol = _tolerance(var, torch.ones_like(est), method, rtol=64 * torch.finfo(log_p.dtype).eps)
+    i = int((err / tol).argmax())
+    name = "eq. 16 P_B integrates to 1" if backward else "eq. 15 P_F integrates to 1"
+    return CheckResult(name, float(err[i]), float(tol[i]), bool((err <= tol).all()), f"worst of {len(s)} states: integral {float(est[i]):.6g}")
+
+
+def check_graph(graph: PointedGraph, pf: Policy | None = None, pb: Policy | None = None, n: int = 256, method: str = "mc", n_functions: int = 8, seed: int = 0) -> Report:
+    """Run every condition of Definition 1 (and eq. 15-16 when policies are given) on ``graph``.
+
+    Args:
+        n: Monte Carlo (or quadrature) nodes per continuous piece.
+        method: ``"mc"`` or ``"quadrature"`` for the continuous pieces.
+        n_functions: random test functions for eq. 4.
+    """
+    if method not in ("mc", "quadrature"):
+        raise ValueError(f"unknown integration method {method!r}; valid: mc, quadrature")
+    gen = torch.Generator().manual_seed(seed)
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        results = [
+            check_reachability(graph, n, method, pb),
+            check_absorbing_sink(graph, n, method),
+            check_reversibility(graph, n, method, n_functions, gen),
+            check_source_has_no_parent(graph),
+            check_sink_mass(graph, n, method),
+            check_finite_absorption(graph, n, pf),
+        ]
+        for policy, backward in ((pf, False), (pb, True)):
+            if policy is not None:
+                results.append(check_normalised(graph, policy, backward, n, method))
+    finally:
+        torch.set_rng_state(state)
+    return Report(graph.name, tuple(results))

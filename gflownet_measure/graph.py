@@ -1,0 +1,59 @@
+"""The measurable pointed graph (Lahlou et al. 2023, Definition 1, eq. 1-7)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .kernels import Kernel
+from .measures import Measure
+
+__all__ = ["PointedGraph"]
+
+
+@dataclass(frozen=True)
+class PointedGraph:
+    """:math:`(\\bar S, s_0, \\bot, \\kappa, \\kappa_b, \\nu)` with a reward density and a length bound.
+
+    Attributes:
+        name: for reports.
+        source: :math:`s_0` ``[D]``.
+        kappa: forward reference kernel :math:`\\kappa(s, \\cdot)` on non-sink states.
+        kappa_b: backward reference kernel :math:`\\kappa_b(s', \\cdot)` on non-sink states.
+        nu: reference measure :math:`\\nu` on the non-sink states (the sink carries a unit atom).
+        terminal: :math:`\\kappa_b(\\bot, \\cdot)`, the measure terminal states are drawn from; eq. 4
+            at the sink requires :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`.
+            The reward is a density w.r.t. it.
+        log_reward: :math:`\\log R(x)` ``[B]`` for terminal states ``x [B, D]``, w.r.t. ``terminal``.
+        max_length: ``N`` of eq. 7: every trajectory reaches the sink within ``N`` steps.
+        encode: features ``[B, F]`` of states for networks and test functions.
+    """
+
+    name: str
+    source: Tensor
+    kappa: Kernel
+    kappa_b: Kernel
+    nu: Measure
+    terminal: Measure
+    log_reward: Callable[[Tensor], Tensor]
+    max_length: int
+    encode: Callable[[Tensor], Tensor]
+
+    @property
+    def state_dim(self) -> int:
+        return self.source.shape[0]
+
+    def is_source(self, x: Tensor) -> Tensor:
+        """``[B]`` bool: :math:`x = s_0`."""
+        return (x == self.source.to(x)).all(-1)
+
+    def checked_log_reward(self, x: Tensor) -> Tensor:
+        """``log_reward(x)``, raising a one-line ``ValueError`` where it is NaN or ``+inf``."""
+        log_r = self.log_reward(x)
+        bad = torch.isnan(log_r) | (log_r == float("inf"))
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"{self.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf")
+        return log_r

@@ -1,0 +1,97 @@
+"""GFlowNet objectives as pure functions of log-densities (Lahlou et al. 2023, Definition 7).
+
+Every quantity is already a log-density w.r.t. the graph's reference measures (log F w.r.t. nu,
+log P_F w.r.t. kappa, log P_B w.r.t. kappa_b, log R w.r.t. kappa_b(sink, .)), so the same arithmetic
+serves discrete, continuous and hybrid spaces. Shapes are time-major: ``[T, B]`` per transition,
+``[T + 1, B]`` per position. The flow at the position of the sink is ``log R(x)`` (and the
+backward density of the step into the sink is 0 there), so the terminal condition
+:math:`F(x) P_F(\\bot | x) = R(x)` is the last detailed-balance residual.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean"]
+
+
+def square(r: Tensor) -> Tensor:
+    """:math:`g(r) = r^2`."""
+    return r.square()
+
+
+def huber(r: Tensor, delta: float = 1.0) -> Tensor:
+    """:math:`g(r) = r^2/2` for :math:`|r| \\le \\delta`, :math:`\\delta(|r| - \\delta/2)` beyond (JSP-GFN eq. 8)."""
+    return F.huber_loss(r, torch.zeros_like(r), reduction="none", delta=delta)
+
+
+PENALTIES: dict[str, Callable[[Tensor], Tensor]] = {"square": square, "huber": huber}
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over entries where ``mask`` holds."""
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def tb_residual(log_Z: Tensor, log_pf: Tensor, log_pb: Tensor, log_R: Tensor, mask: Tensor) -> Tensor:
+    """Trajectory balance (Malkin et al. 2022; Lahlou et al. 2023 eq. 19), ``[B]``.
+
+    .. math:: \\delta_{TB}(\\tau) = \\log Z + \\sum_t \\log P_F(s_{t+1}|s_t) - \\sum_t \\log P_B(s_t|s_{t+1}) - \\log R(x)
+    """
+    return log_Z + ((log_pf - log_pb) * mask).sum(0) - log_R
+
+
+def db_residuals(log_F: Tensor, log_pf: Tensor, log_pb: Tensor) -> Tensor:
+    """Detailed balance (Bengio et al. 2023; Lahlou et al. 2023 eq. 18), ``[T, B]``.
+
+    .. math:: \\delta_{DB}(s_t, s_{t+1}) = \\log F(s_t) + \\log P_F(s_{t+1}|s_t) - \\log F(s_{t+1}) - \\log P_B(s_t|s_{t+1})
+
+    ``log_F [T + 1, B]`` holds :math:`\\log Z` at position 0 and :math:`\\log R(x)` at the sink.
+    """
+    return log_F[:-1] + log_pf - log_F[1:] - log_pb
+
+
+def subtb_residuals(log_F: Tensor, log_pf: Tensor, log_pb: Tensor) -> Tensor:
+    """Sub-trajectory balance residuals for all position pairs ``i < j``, ``[T + 1, T + 1, B]``.
+
+    .. math:: \\delta_{ij} = \\log F(s_i) + \\sum_{t=i}^{j-1} \\big(\\log P_F(s_{t+1}|s_t) - \\log P_B(s_t|s_{t+1})\\big) - \\log F(s_j)
+
+    (Madan et al. 2023). Entry ``[i, j]`` is meaningful for ``i < j <= n`` (``n``: sink position).
+    """
+    c = torch.cat([torch.zeros_like(log_pf[:1]), torch.cumsum(log_pf - log_pb, 0)], 0)  # [T + 1, B]
+    return log_F[:, None] + c[None, :] - c[:, None] - log_F[None, :]
+
+
+def subtb_loss(log_F: Tensor, log_pf: Tensor, log_pb: Tensor, length: Tensor, lam: float, penalty=square) -> Tensor:
+    """SubTB(lambda): per trajectory, :math:`\\sum_{i<j} \\lambda^{j-i} g(\\delta_{ij}) / \\sum_{i<j} \\lambda^{j-i}`, batch mean.
+
+    ``length [B]`` is the sink's position ``n``; pairs ``0 <= i < j <= n`` count.
+    """
+    T1 = log_F.shape[0]
+    pos = torch.arange(T1, device=log_F.device)
+    gap = (pos[None, :] - pos[:, None]).to(log_F.dtype)  # [T+1, T+1]: j - i
+    valid = (gap[..., None] > 0) & (pos[None, :, None] <= length[None, None, :])  # [T+1, T+1, B]
+    w = torch.where(valid, torch.as_tensor(lam, dtype=log_F.dtype) ** gap[..., None], torch.zeros_like(gap[..., None]))
+    r = subtb_residuals(log_F, log_pf, log_pb)
+    per_traj = (w * penalty(torch.where(valid, r, torch.zeros_like(r)))).sum((0, 1)) / w.sum((0, 1))
+    return per_traj.mean()
+
+
+def fm_residual(log_in: Tensor, in_mask: Tensor, log_out: Tensor, out_mask: Tensor) -> Tensor:
+    """Flow matching at a state (Bengio et al. 2021; Lahlou et al. 2023 eq. 17), ``[B]``.
+
+    .. math:: \\delta_{FM}(s) = \\log \\sum_{p} F(p \\to s) - \\log \\sum_{c} F(s \\to c)
+
+    over the atoms of :math:`\\kappa_b(s,\\cdot)` (``log_in [B, P]``) and of :math:`\\kappa(s,\\cdot)`
+    (``log_out [B, C]``), the sink included among the children.
+    """
+    ninf = torch.tensor(float("-inf"), dtype=log_in.dtype, device=log_in.device)
+    return torch.logsumexp(torch.where(in_mask, log_in, ninf), 1) - torch.logsumexp(torch.where(out_mask, log_out, ninf), 1)
+
+
+def rm_residual(log_flow_to_sink: Tensor, log_R: Tensor) -> Tensor:
+    """Reward matching at a terminable state: :math:`\\log F(x \\to \\bot) - \\log R(x)`, ``[B]``."""
+    return log_flow_to_sink - log_R

@@ -1,0 +1,250 @@
+"""Reference measures on a state space: atoms plus charted continuous pieces.
+
+A (batched) reference measure is the sum
+
+.. math:: \\mu_b = \\sum_k m_{bk}\\, \\delta_{x_{bk}} + \\sum_c (\\varphi_{c,b})_\\#\\big(|J_c|\\, du\\big)
+
+of weighted atoms (discrete states, the sink) and continuous pieces, each the push-forward of
+Lebesgue measure ``du`` on a box ``U`` through a chart ``phi`` weighted by the chart's Jacobian
+(Lahlou et al. 2023, section 3: kappa(s, .), kappa_b(s', .) and nu are all of this form).
+Counting measure is a sum of unit atoms, Dirac a single atom, Lebesgue on a box an identity
+chart, Haar measure on a torus an angle chart: see :mod:`gflownet_measure.transforms`.
+
+A batch index ``b`` carries one measure per state (the value of a kernel at ``B`` states);
+the reference measure ``nu`` of a graph is a batch of one.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["Box", "Atoms", "Piece", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
+
+
+@dataclass(frozen=True)
+class Box:
+    """The coordinate domain ``U = prod_i [low_i, high_i]`` of a chart, with Lebesgue measure ``du``.
+
+    Bounds may be infinite (``R^k``); Monte Carlo integration then draws from a Gaussian proposal
+    of scale ``proposal_scale`` and weights by its inverse density.
+    """
+
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    proposal_scale: float = 3.0
+
+    def __post_init__(self):
+        if len(self.low) != len(self.high):
+            raise ValueError(f"Box bounds differ in length: {len(self.low)} vs {len(self.high)}")
+        if any(not lo < hi for lo, hi in zip(self.low, self.high)):
+            raise ValueError(f"Box needs low < high in every coordinate, got {self.low}, {self.high}")
+
+    @property
+    def dim(self) -> int:
+        return len(self.low)
+
+    @property
+    def bounded(self) -> bool:
+        return all(math.isfinite(v) for v in self.low + self.high)
+
+    def log_volume(self) -> float:
+        """:math:`\\log \\lambda(U)`, ``inf`` for an unbounded box."""
+        return float(sum(math.log(h - l) for l, h in zip(self.low, self.high)))
+
+    def contains(self, u: Tensor) -> Tensor:
+        low = torch.as_tensor(self.low, dtype=u.dtype, device=u.device)
+        high = torch.as_tensor(self.high, dtype=u.dtype, device=u.device)
+        return ((u >= low) & (u <= high)).all(-1)
+
+    def weighted_points(self, n: int, method: str, dtype=torch.float64, generator=None):
+        """Nodes ``u [M, k]`` and log-weights ``[M]`` with :math:`\\sum_m w_m f(u_m) \\approx \\int_U f\\,du`.
+
+        ``method="mc"``: uniform draws (Gaussian draws on infinite coordinates), unbiased, ``M = n``.
+        ``method="quadrature"``: tensor-product Gauss-Legendre (Gauss-Hermite on infinite
+        coordinates) with ``ceil(n ** (1/k))`` nodes per coordinate; exact for polynomials.
+        """
+        if method == "quadrature":
+            per = max(2, math.ceil(n ** (1.0 / self.dim)))
+            nodes, logw = [], []
+            for lo, hi in zip(self.low, self.high):
+                if math.isfinite(lo) and math.isfinite(hi):
+                    x, w = np.polynomial.legendre.leggauss(per)
+                    nodes.append(lo + (hi - lo) * (x + 1) / 2)
+                    logw.append(np.log(w * (hi - lo) / 2))
+                elif not math.isfinite(lo) and not math.isfinite(hi):
+                    x, w = np.polynomial.hermite.hermgauss(per)  # int e^{-x^2} f(x) dx
+                    nodes.append(x)
+                    logw.append(np.log(w) + x**2)
+                else:
+                    raise ValueError("quadrature on a half-infinite coordinate is not supported; use method='mc'")
+            grids = np.meshgrid(*nodes, indexing="ij")
+            wgrids = np.meshgrid(*logw, indexing="ij")
+            u = torch.tensor(np.stack([g.ravel() for g in grids], -1), dtype=dtype)
+            lw = torch.tensor(sum(g.ravel() for g in wgrids), dtype=dtype)
+            return u, lw
+        if method != "mc":
+            raise ValueError(f"unknown integration method {method!r}; valid: 'mc', 'quadrature'")
+        cols, lw = [], torch.zeros(n, dtype=dtype)
+        for lo, hi in zip(self.low, self.high):
+            if math.isfinite(lo) and math.isfinite(hi):
+                cols.append(lo + (hi - lo) * torch.rand(n, dtype=dtype, generator=generator))
+                lw = lw + math.log(hi - lo)
+            elif not math.isfinite(lo) and not math.isfinite(hi):
+                z = torch.randn(n, dtype=dtype, generator=generator) * self.proposal_scale
+                cols.append(z)
+                lw = lw + 0.5 * (z / self.proposal_scale) ** 2 + math.log(self.proposal_scale) + 0.5 * math.log(2 * math.pi)
+            else:
+                raise ValueError("Monte Carlo on a half-infinite coordinate is not supported")
+        return torch.stack(cols, -1), lw - math.log(n)
+
+
+@dataclass(frozen=True)
+class Atoms:
+    """:math:`\\sum_k m_{bk} \\delta_{x_{bk}}`, some of which may be the sink.
+
+    Attributes:
+        x: atom states ``[B, K, D]`` (rows where ``sink`` is set are ignored).
+        log_mass: :math:`\\log m_{bk}` ``[B, K]`` (0 for counting measure).
+        mask: ``[B, K]`` bool, which atoms exist for state ``b``.
+        sink: ``[B, K]`` bool, which atom is the sink.
+    """
+
+    x: Tensor
+    log_mass: Tensor
+    mask: Tensor
+    sink: Tensor
+
+    @staticmethod
+    def empty(batch: int, dim: int, dtype=torch.float32, device=None) -> "Atoms":
+        z = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        return Atoms(torch.zeros(batch, 0, dim, dtype=dtype, device=device), torch.zeros(batch, 0, dtype=dtype, device=device), z, z)
+
+    @property
+    def count(self) -> int:
+        return self.mask.shape[1]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """:math:`(\\varphi_{s_b})_\\#(|J(s_b, u)|\\,du)`: a continuous component, present where ``mask [B]`` is set.
+
+    ``context [B, D]`` is the state each chart is anchored at (the current state for a kernel).
+    """
+
+    chart: "Chart"  # noqa: F821 (gflownet_measure.transforms.Chart)
+    context: Tensor
+    mask: Tensor
+
+
+@dataclass(frozen=True)
+class WeightedPoints:
+    """A quadrature / Monte Carlo rule for a batched measure.
+
+    :math:`\\int f\\, d\\mu_b \\approx \\sum_m \\exp(\\text{log\\_w}_{bm}) f(x_{bm}, \\text{sink}_{bm})`;
+    Atom nodes are exact, the others come from charts (quadrature or Monte Carlo).
+    Masked nodes carry weight zero through ``mask``.
+    """
+
+    x: Tensor  # [B, M, D]
+    sink: Tensor  # [B, M]
+    log_w: Tensor  # [B, M]
+    mask: Tensor  # [B, M]
+    component: Tensor  # [M] long: which atom (0..K-1) or piece (K..K+C-1) each node belongs to
+    n_atoms: int  # K
+
+    @property
+    def exact(self) -> Tensor:
+        """``[M]`` bool: atom nodes (exact), as opposed to chart nodes."""
+        return self.component < self.n_atoms
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A batch of reference measures: atoms plus continuous pieces (see module docstring)."""
+
+    atoms: Atoms
+    pieces: tuple[Piece, ...] = ()
+
+    @property
+    def batch(self) -> int:
+        return self.atoms.mask.shape[0]
+
+    @property
+    def n_components(self) -> int:
+        return self.atoms.count + len(self.pieces)
+
+    def component_mask(self) -> Tensor:
+        """``[B, K + C]`` bool: which atoms and pieces are present for each state."""
+        return torch.cat([self.atoms.mask] + [p.mask[:, None] for p in self.pieces], 1)
+
+    def is_zero(self) -> Tensor:
+        """``[B]`` bool: the measure has no atom and no piece (e.g. kappa_b(s0, .), eq. 5)."""
+        return ~self.component_mask().any(1)
+
+    def locate(self, x: Tensor, sink: Tensor) -> Tensor:
+        """``[B]`` long: the component (atom ``k`` or piece ``K + c``) whose support holds ``x``, -1 if none.
+
+        Atoms match by equality (and the sink flag), pieces by ``chart.contains``; the first match wins.
+        """
+        a = self.atoms
+        hit = [a.mask & (a.sink == sink[:, None]) & (sink[:, None] | (a.x == x[:, None, :]).all(-1))]
+        for p in self.pieces:
+            hit.append((p.mask & ~sink & p.chart.contains(p.context, x))[:, None])
+        hit = torch.cat(hit, 1)
+        first = hit.to(torch.int8).argmax(1)
+        return torch.where(hit.any(1), first, torch.full_like(first, -1))
+
+    def weighted_points(self, n: int = 256, method: str = "mc", generator=None) -> WeightedPoints:
+        """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``."""
+        a = self.atoms
+        B, K = a.mask.shape
+        xs, sinks, lws, masks = [a.x.double()], [a.sink], [a.log_mass.double()], [a.mask]
+        comp = [torch.arange(K)]
+        for c, p in enumerate(self.pieces):
+            u, lw = p.chart.domain.weighted_points(n, method, generator=generator)  # [M, k], [M]
+            M = u.shape[0]
+            ctx = p.context.double()[:, None, :].expand(B, M, -1).reshape(B * M, -1)
+            ub = u[None].expand(B, M, -1).reshape(B * M, -1)
+            x = p.chart.forward(ctx, ub)
+            lj = p.chart.log_abs_det_jacobian(ctx, ub)
+            xs.append(x.reshape(B, M, -1))
+            lws.append(lw[None] + lj.reshape(B, M))
+            sinks.append(torch.zeros(B, M, dtype=torch.bool))
+            masks.append(p.mask[:, None].expand(B, M))
+            comp.append(torch.full((M,), K + c))
+        return WeightedPoints(torch.cat(xs, 1), torch.cat(sinks, 1), torch.cat(lws, 1), torch.cat(masks, 1), torch.cat(comp), K)
+
+
+def counting(points: Tensor) -> Measure:
+    """Counting measure :math:`\\sum_k \\delta_{x_k}` on a finite set ``points [K, D]`` (batch of one)."""
+    K = points.shape[0]
+    z = torch.zeros(1, K, dtype=torch.bool)
+    return Measure(Atoms(points[None], torch.zeros(1, K, dtype=points.dtype), ~z, z))
+
+
+def dirac(point: Tensor) -> Measure:
+    """The Dirac measure :math:`\\delta_x` at one state ``point [D]``."""
+    return counting(point[None])
+
+
+def charted(chart, state_dim: int, dtype=torch.float32) -> Measure:
+    """The single piece :math:`\\varphi_\\#(|J|\\,du)` of a chart anchored at the zero state (batch of one).
+
+    With an :class:`~gflownet_measure.transforms.AffineChart` of unit scale this is Lebesgue
+    measure on a box (or Haar measure on a torus) written into the chart's slots.
+    """
+    ctx = torch.zeros(1, state_dim, dtype=dtype)
+    return Measure(Atoms.empty(1, state_dim, dtype), (Piece(chart, ctx, torch.ones(1, dtype=torch.bool)),))
+
+
+def sum_measures(*measures: Measure) -> Measure:
+    """:math:`\\mu_1 + \\mu_2 + \\dots`: atoms concatenated, pieces collected (equal batch sizes)."""
+    if len({m.batch for m in measures}) != 1:
+        raise ValueError(f"sum_measures needs equal batch sizes, got {[m.batch for m in measures]}")
+    a = [m.atoms for m in measures]
+    atoms = Atoms(torch.cat([t.x for t in a], 1), torch.cat([t.log_mass for t in a], 1), torch.cat([t.mask for t in a], 1), torch.cat([t.sink for t in a], 1))
+    return Measure(atoms, tuple(p for m in measures for p in m.pieces))

@@ -1,0 +1,79 @@
+"""Training objectives: the losses of :mod:`gflownet_measure.losses` applied to a GFlowNet's modules.
+
+Each objective is a function ``(gfn, graph, traj, lam, penalty) -> loss`` registered in
+``OBJECTIVES``; none of them sees anything environment-specific.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from . import losses
+from .graph import PointedGraph
+from .policies import Policy
+from .rollout import log_densities
+from .trajectories import Trajectories
+
+__all__ = ["GFlowNet", "OBJECTIVES"]
+
+
+class GFlowNet(nn.Module):
+    """The learned pieces: :math:`P_F`, :math:`P_B`, :math:`\\log Z` and optionally :math:`\\log F` (w.r.t. nu)."""
+
+    def __init__(self, pf: Policy, pb: Policy, log_F: nn.Module | None = None, log_Z: float = 0.0):
+        super().__init__()
+        self.pf, self.pb, self.log_F = pf, pb, log_F
+        self.log_Z = nn.Parameter(torch.tensor(float(log_Z)))
+
+    def flows(self, traj: Trajectories) -> Tensor:
+        """``[T + 1, B]``: :math:`\\log Z` at :math:`s_0`, :math:`\\log F(s_t)` inside, :math:`\\log R(x)` at the sink, 0 after."""
+        if self.log_F is None:
+            raise ValueError("this objective needs a state-flow network log_F")
+        T1, B = traj.sink.shape
+        pos = torch.arange(T1)[:, None]
+        inner = (~traj.sink) & (pos > 0)
+        out = torch.zeros(T1, B)
+        out[inner] = self.log_F(traj.states[inner])
+        out = torch.where(pos == 0, self.log_Z.expand(T1, B), out)
+        at_sink = traj.sink & ~torch.cat([torch.zeros(1, B, dtype=torch.bool), traj.sink[:-1]])
+        return torch.where(at_sink, traj.log_R[None].expand(T1, B), out)
+
+
+def _tb(gfn, graph, traj, lam, penalty):
+    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+    return penalty(losses.tb_residual(gfn.log_Z, log_pf, log_pb, traj.log_R, traj.mask)).mean()
+
+
+def _db(gfn, graph, traj, lam, penalty):
+    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+    return losses.masked_mean(penalty(losses.db_residuals(gfn.flows(traj), log_pf, log_pb)), traj.mask)
+
+
+def _subtb(gfn, graph, traj, lam, penalty):
+    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+    return losses.subtb_loss(gfn.flows(traj), log_pf, log_pb, traj.length, lam, penalty)
+
+
+def _fm(gfn, graph, traj, lam, penalty):
+    """Flow matching at every visited state plus reward matching at its sink edge; the logits of P_F are log edge flows."""
+    s = traj.states[~traj.sink]  # visited states, s0 included
+    out = gfn.pf(s)
+    atoms = out.measure.atoms
+    if out.measure.pieces:
+        raise ValueError("flow matching needs kernels made of atoms only (the in- and out-flow integrals are sums)")
+    has_sink = (atoms.sink & atoms.mask).any(1)
+    log_to_sink = out.logits.masked_fill(~atoms.sink, float("-inf")).logsumexp(1)
+    rm = losses.rm_residual(log_to_sink[has_sink], graph.checked_log_reward(s[has_sink]))
+    inner = ~graph.is_source(s)
+    parents = gfn.pb.kernel(s[inner]).atoms  # kappa_b(s, .)
+    P = parents.mask.shape[1]
+    child = s[inner][:, None].expand(-1, P, -1)[parents.mask]
+    log_in = torch.full(parents.mask.shape, float("-inf"))
+    log_in[parents.mask] = gfn.pf(parents.x[parents.mask]).log_flow(child, torch.zeros(len(child), dtype=torch.bool))
+    fm = losses.fm_residual(log_in, parents.mask, out.logits[inner], atoms.mask[inner])
+    return penalty(fm).mean() + penalty(rm).mean()
+
+
+OBJECTIVES: dict[str, Callable[..., Tensor]] = {"tb": _tb, "db": _db, "subtb": _subtb, "fm": _fm}

@@ -1,0 +1,229 @@
+"""Policies as densities with respect to reference kernels (Lahlou et al. 2023, section 3).
+
+A forward policy :math:`P_F(s, \\cdot) \\ll \\kappa(s, \\cdot)` is a categorical choice among the
+kernel's components (atoms and continuous pieces), then a density ``q_c(u)`` over the chart
+coordinates of the chosen piece. Its density w.r.t. :math:`\\kappa(s, \\cdot)` is
+
+.. math:: p(s, x) = \\frac{\\pi_k}{m_k} \\text{ at atom } x_k, \\qquad
+   p(s, \\varphi_c(u)) = \\pi_c\\, \\frac{q_c(u)}{|J_c(u)|} \\text{ on piece } c,
+
+so the chart's Jacobian enters every continuous density. Backward policies are the same objects
+w.r.t. :math:`\\kappa_b`.
+"""
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Beta, Distribution, Independent, Uniform
+
+from .kernels import Kernel
+from .measures import Measure
+
+__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "StateFlow", "mlp"]
+
+
+class KernelDensity:
+    """:math:`P(s_b, \\cdot)` for a batch of states: component logits plus coordinate densities.
+
+    Args:
+        measure: the reference measures :math:`\\kappa(s_b, \\cdot)`, ``B`` of them.
+        logits: ``[B, K + C]`` unnormalised log-probabilities of the ``K`` atoms and ``C`` pieces
+            (absent components are masked out). For flow matching they are log edge flows.
+        coords: one distribution per piece over its chart coordinates (batch ``[B]``, event ``[k]``).
+    """
+
+    def __init__(self, measure: Measure, logits: Tensor, coords: Sequence[Distribution] = ()):
+        if len(coords) != len(measure.pieces):
+            raise ValueError(f"KernelDensity needs one coordinate distribution per piece: {len(coords)} for {len(measure.pieces)} pieces")
+        mask = measure.component_mask()
+        empty = ~mask.any(1)
+        if empty.any():
+            raise ValueError(f"the reference kernel is the zero measure at {int(empty.sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0")
+        self.measure, self.coords = measure, tuple(coords)
+        self.logits = logits.masked_fill(~mask, float("-inf"))
+        self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
+
+    def _piece_log_density(self, c: int, u: Tensor) -> Tensor:
+        p = self.measure.pieces[c]
+        return self.coords[c].log_prob(u) - p.chart.log_abs_det_jacobian(p.context, u)
+
+    def sample(self, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
+        """Draw :math:`x \\sim (1-\\epsilon) P(s, \\cdot) + \\epsilon U(s, \\cdot)` (``U``: :class:`UniformPolicy`).
+
+        Returns the next states ``x [B, D]`` (rows that chose the sink repeat nothing meaningful)
+        and ``sink [B]`` bool.
+        """
+        m = self.measure
+        probs = self.log_probs.exp()
+        coords = list(self.coords)
+        if epsilon > 0:
+            uniform = uniform_density(m)
+            explore = torch.rand(m.batch, device=probs.device) < epsilon
+            probs = torch.where(explore[:, None], uniform.log_probs.exp(), probs)
+            coords = [_RowMixture(explore, u, q) for u, q in zip(uniform.coords, coords)]
+        comp = torch.multinomial(probs, 1)[:, 0]
+        K = m.atoms.count
+        rows = torch.arange(m.batch, device=comp.device)
+        k = comp.clamp(max=max(K - 1, 0))
+        x = m.atoms.x[rows, k] if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)
+        sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
+        for c, p in enumerate(m.pieces):
+            chosen = comp == K + c
+            if chosen.any():
+                u = coords[c].sample()
+                x = torch.where(chosen[:, None], p.chart.forward(p.context, u).to(x.dtype), x)
+        return x, sink
+
+    def log_prob(self, x: Tensor, sink: Tensor) -> Tensor:
+        """:math:`\\log \\frac{dP(s_b,\\cdot)}{d\\kappa(s_b,\\cdot)}(x_b)` ``[B]``; raises if ``x_b`` is outside the kernel's support."""
+        comp = self.measure.locate(x, sink)
+        outside = comp < 0
+        if outside.any():
+            i = int(outside.nonzero()[0])
+            raise ValueError(f"{int(outside.sum())} transitions lie outside the reference kernel's support (first: to {x[i].tolist()}, sink={bool(sink[i])})")
+        K = self.measure.atoms.count
+        rows = torch.arange(len(comp), device=comp.device)
+        out = self.log_probs[rows, comp]
+        if K:
+            is_atom = comp < K
+            out = out - torch.where(is_atom, self.measure.atoms.log_mass[rows, comp.clamp(max=K - 1)], torch.zeros_like(out))
+        for c, p in enumerate(self.measure.pieces):
+            on = comp == K + c
+            if on.any():
+                u = p.chart.inverse(p.context, x)
+                out = torch.where(on, out + self._piece_log_density(c, u), out)
+        return out
+
+    def log_flow(self, x: Tensor, sink: Tensor) -> Tensor:
+        """Unnormalised logit of the atom holding ``x``: the log edge flow :math:`\\log F(s \\to x)` (flow matching)."""
+        comp = self.measure.locate(x, sink)
+        if (comp < 0).any() or (comp >= self.measure.atoms.count).any():
+            raise ValueError("log_flow is defined on atoms of the kernel only")
+        return self.logits[torch.arange(len(comp)), comp]
+
+
+class _RowMixture(Distribution):
+    """Per-row choice between two coordinate distributions (exploration); sampling only."""
+
+    def __init__(self, pick_first: Tensor, first: Distribution, second: Distribution):
+        self.pick, self.first, self.second = pick_first, first, second
+        super().__init__(batch_shape=first.batch_shape, event_shape=first.event_shape, validate_args=False)
+
+    def sample(self, sample_shape=torch.Size()):
+        a, b = self.first.sample(sample_shape), self.second.sample(sample_shape)
+        return torch.where(self.pick[:, None], a.to(b.dtype), b)
+
+
+def uniform_density(measure: Measure) -> KernelDensity:
+    """Equal probability for each present component, uniform coordinates on each chart's box.
+
+    .. math:: \\pi_k = 1/|\\text{components}|, \\quad q_c(u) = 1/\\lambda(U_c)
+
+    An exact density (it integrates to one against the kernel); uniform w.r.t. the reference
+    measure itself when atoms have unit mass and charts have constant Jacobian.
+    """
+    coords = []
+    for p in measure.pieces:
+        if not p.chart.domain.bounded:
+            raise ValueError("a uniform policy needs bounded chart domains")
+        lo = torch.as_tensor(p.chart.domain.low, dtype=p.context.dtype).expand(measure.batch, -1)
+        hi = torch.as_tensor(p.chart.domain.high, dtype=p.context.dtype).expand(measure.batch, -1)
+        coords.append(Independent(Uniform(lo, hi, validate_args=False), 1))
+    logits = torch.zeros(measure.batch, measure.n_components, dtype=measure.atoms.log_mass.dtype)
+    return KernelDensity(measure, logits, coords)
+
+
+class Policy(nn.Module):
+    """A conditional density :math:`P(s, \\cdot)` w.r.t. ``kernel``; ``policy(s)`` is a :class:`KernelDensity`."""
+
+    def __init__(self, kernel: Kernel):
+        super().__init__()
+        self.kernel = kernel
+
+    def forward(self, s: Tensor) -> KernelDensity:
+        m = self.kernel(s)
+        logits, coords = self.parameters_at(s, m)
+        return KernelDensity(m, logits, coords)
+
+    @abstractmethod
+    def parameters_at(self, s: Tensor, measure: Measure) -> tuple[Tensor, list[Distribution]]:
+        """Component logits ``[B, K + C]`` and per-piece coordinate distributions at states ``s``."""
+
+
+class UniformPolicy(Policy):
+    """The fixed uniform policy of :func:`uniform_density` (e.g. the uniform :math:`P_B` of Bengio et al. 2021)."""
+
+    def forward(self, s: Tensor) -> KernelDensity:
+        return uniform_density(self.kernel(s))
+
+    def parameters_at(self, s, measure):
+        d = uniform_density(measure)
+        return d.logits, list(d.coords)
+
+
+def mlp(n_in: int, hidden: int, n_layers: int, n_out: int, act=nn.ELU) -> nn.Sequential:
+    """``n_layers`` Linear+activation blocks of width ``hidden``, then a linear head (``n_layers = 0``: linear)."""
+    layers, width = [], n_in
+    for _ in range(n_layers):
+        layers += [nn.Linear(width, hidden), act()]
+        width = hidden
+    return nn.Sequential(*layers, nn.Linear(width, n_out))
+
+
+class BetaHead(nn.Module):
+    """Product of Betas on ``[0, 1]^k`` with concentrations in ``[c_min, c_min + c_span]`` (sigmoid-squashed)."""
+
+    def __init__(self, k: int, c_min: float = 0.1, c_span: float = 5.0):
+        super().__init__()
+        self.k, self.c_min, self.c_span = k, c_min, c_span
+
+    @property
+    def n_params(self) -> int:
+        return 2 * self.k
+
+    def forward(self, raw: Tensor) -> Distribution:
+        a, b = (self.c_min + self.c_span * torch.sigmoid(raw)).chunk(2, -1)
+        return Independent(Beta(a, b, validate_args=False), 1)
+
+
+class MLPPolicy(Policy):
+    """An MLP on ``encode(s)`` giving atom and piece logits, then one head per piece.
+
+    Args:
+        kernel: the reference kernel the density is taken against.
+        encode: state features ``[B, F]``.
+        n_in: ``F``.
+        n_atoms: number of atom slots ``K`` the kernel returns (fixed per space).
+        heads: one coordinate head per piece (``n_params`` raw outputs -> Distribution).
+    """
+
+    def __init__(self, kernel: Kernel, encode: Callable[[Tensor], Tensor], n_in: int, n_atoms: int, heads: Sequence[nn.Module] = (), hidden: int = 128, n_layers: int = 2):
+        super().__init__(kernel)
+        self.encode, self.n_atoms = encode, n_atoms
+        self.heads = nn.ModuleList(heads)
+        self.net = mlp(n_in, hidden, n_layers, n_atoms + len(heads) + sum(h.n_params for h in heads))
+
+    def parameters_at(self, s, measure):
+        out = self.net(self.encode(s))
+        n_logits = self.n_atoms + len(self.heads)
+        logits, rest = out[:, :n_logits], out[:, n_logits:]
+        coords = []
+        for h in self.heads:
+            coords.append(h(rest[:, : h.n_params]))
+            rest = rest[:, h.n_params :]
+        return logits, coords
+
+
+class StateFlow(nn.Module):
+    """:math:`\\log F(s)`, a log-density of the state flow w.r.t. :math:`\\nu`, from an MLP on ``encode(s)``."""
+
+    def __init__(self, encode: Callable[[Tensor], Tensor], n_in: int, hidden: int = 128, n_layers: int = 2):
+        super().__init__()
+        self.encode = encode
+        self.net = mlp(n_in, hidden, n_layers, 1)
+
+    def forward(self, s: Tensor) -> Tensor:
+        return self.net(self.encode(s))[:, 0]

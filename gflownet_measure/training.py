@@ -1,0 +1,125 @@
+"""One training loop for every objective and space: optimiser groups, schedule, clipping, evaluation,
+checkpoint and resume, and a guard that stops on a non-finite loss or gradient."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+__all__ = ["TrainingDiverged", "seed_everything", "make_optimizer", "Trainer"]
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or a gradient became NaN or infinite; the last good checkpoint is kept."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def make_optimizer(model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None) -> torch.optim.Adam:
+    """Adam with separate groups: ``log_Z`` at ``lr_logZ``, a state-flow network ``log_F`` at ``lr_flow`` (default ``lr``), the rest at ``lr``."""
+    groups: dict[str, list] = {"policy": [], "log_Z": [], "log_F": []}
+    for name, p in model.named_parameters():
+        groups["log_Z" if name == "log_Z" else "log_F" if name.startswith("log_F.") else "policy"].append(p)
+    lrs = {"policy": lr, "log_Z": lr_logZ, "log_F": lr if lr_flow is None else lr_flow}
+    return torch.optim.Adam([{"params": v, "lr": lrs[k], "name": k} for k, v in groups.items() if v])
+
+
+class Trainer:
+    """Runs ``step_fn`` for ``steps`` updates, evaluating and checkpointing every ``eval_every``.
+
+    Args:
+        model: every trained parameter (saved in ``checkpoint.pt``).
+        optimizer, scheduler: stepped once per update (the scheduler may be ``None``).
+        step_fn: ``step -> loss`` (samples its own batch).
+        evaluate: ``() -> {metric: float}``, called at each evaluation.
+        out_dir: holds ``checkpoint.pt`` and ``history.jsonl``.
+        items_per_step: trajectories (or transitions) per update, for the ``trajectories`` column.
+        grad_clip: max global gradient norm (``0``: off).
+    """
+
+    def __init__(self, model: nn.Module, optimizer, scheduler, step_fn: Callable[[int], Tensor], evaluate: Callable[[], dict], out_dir: Path, steps: int, eval_every: int, items_per_step: int, grad_clip: float = 0.0):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.step_fn, self.evaluate = step_fn, evaluate
+        self.out_dir, self.steps, self.eval_every = Path(out_dir), steps, eval_every
+        self.items_per_step, self.grad_clip = items_per_step, grad_clip
+        self.checkpoint = self.out_dir / "checkpoint.pt"
+        self.history_path = self.out_dir / "history.jsonl"
+
+    def _save(self, step: int, seconds: float) -> None:
+        state = {
+            "step": step,
+            "seconds": seconds,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler else None,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        }
+        tmp = self.checkpoint.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.checkpoint)
+
+    def _restore(self) -> tuple[int, float]:
+        if not self.checkpoint.exists():
+            raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint}")
+        state = torch.load(self.checkpoint, weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler and state["scheduler"]:
+            self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        if self.history_path.exists():  # drop evaluations logged after the checkpoint
+            rows = [r for r in self.history_path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= state["step"]]
+            self.history_path.write_text("".join(r + "\n" for r in rows))
+        return state["step"], state["seconds"]
+
+    def _log(self, step: int, seconds: float, loss: float) -> dict:
+        row = {"step": step, "trajectories": step * self.items_per_step, "seconds": round(seconds, 3), "loss": loss}
+        row.update(self.evaluate())
+        with self.history_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
+    def run(self, resume: bool = False) -> list[dict]:
+        """Train to ``steps``; returns the history rows. Raises :class:`TrainingDiverged` on a non-finite loss."""
+        start, seconds = self._restore() if resume else (0, 0.0)
+        if not resume:
+            self.history_path.write_text("")
+            self._save(0, 0.0)
+        t0 = time.perf_counter() - seconds
+        bar = tqdm(range(start, self.steps), initial=start, total=self.steps, desc="train", mininterval=2.0, dynamic_ncols=True)
+        loss_value = float("nan")
+        for step in bar:
+            loss = self.step_fn(step)
+            loss_value = float(loss.detach())
+            if not np.isfinite(loss_value):
+                raise TrainingDiverged(f"loss is {loss_value} at step {step}; stopped, last good checkpoint kept at {self.checkpoint}")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+            norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip > 0 else float("inf"))
+            if not torch.isfinite(norm):
+                raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; stopped, last good checkpoint kept at {self.checkpoint}")
+            self.optimizer.step()
+            if self.scheduler:
+                self.scheduler.step()
+            done = step + 1
+            if done % self.eval_every == 0 or done == self.steps:
+                row = self._log(done, time.perf_counter() - t0, loss_value)
+                bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k not in ("step", "trajectories", "seconds")}, refresh=False)
+                self._save(done, time.perf_counter() - t0)
+        bar.close()
+        return [json.loads(r) for r in self.history_path.read_text().splitlines() if r.strip()]

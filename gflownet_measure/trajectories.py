@@ -1,0 +1,44 @@
+"""Batches of trajectories, time-major, with the sink as a mask (no sentinel states)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["Trajectories"]
+
+
+class Trajectories(NamedTuple):
+    """Trajectories :math:`s_0 \\to s_1 \\to \\dots \\to s_{n-1} = x \\to \\bot`.
+
+    Attributes:
+        states: ``[T + 1, B, D]``; at and after the sink's position rows repeat the terminal state
+            ``x`` and are flagged in ``sink``.
+        sink: ``[T + 1, B]`` bool, position ``t`` is the sink (or past it).
+        log_R: ``[B]`` log-reward of the terminal state w.r.t. :math:`\\kappa_b(\\bot, \\cdot)`.
+    """
+
+    states: Tensor
+    sink: Tensor
+    log_R: Tensor
+
+    @property
+    def mask(self) -> Tensor:
+        """``[T, B]`` bool: transition ``t`` exists (its origin is not the sink)."""
+        return ~self.sink[:-1]
+
+    @property
+    def length(self) -> Tensor:
+        """``[B]`` long: number of transitions, i.e. the position ``n`` of the sink."""
+        return self.mask.sum(0)
+
+    @property
+    def terminal(self) -> Tensor:
+        """``[B, D]``: the terminal states ``x = s_{n-1}``."""
+        return self.states[self.length - 1, torch.arange(self.states.shape[1], device=self.states.device)]
+
+    def trimmed(self) -> "Trajectories":
+        """The same batch with trailing all-sink positions removed (``T = max length``)."""
+        T = int(self.length.max())
+        return Trajectories(self.states[: T + 1], self.sink[: T + 1], self.log_R)

@@ -1,0 +1,151 @@
+"""Charts: the only place Jacobians are written.
+
+A chart anchored at a state ``s`` is a bijection :math:`\\varphi_s: U \\to M_s` from a box ``U`` of
+simple coordinates onto a piece ``M_s`` of the state space that carries its own reference measure
+:math:`\\lambda_{M}` (Lebesgue area, arclength, Haar measure on a torus). Its log-Jacobian is taken
+*relative to that measure*:
+
+.. math:: |J_s(u)| = \\frac{d\\,(\\varphi_s^{-1})_\\# \\lambda_M}{du}(u),
+   \\qquad \\lambda_M = (\\varphi_s)_\\#(|J_s|\\,du).
+
+For an embedded chart (a curve in the plane) this is the area formula
+:math:`|J| = \\sqrt{\\det(D\\varphi^\\top D\\varphi)}` over the coordinates the chart moves, which the
+contract tests check against autograd. A density ``q(u)`` over coordinates becomes the density
+:math:`q(u) / |J_s(u)|` w.r.t. :math:`\\lambda_M` (Lahlou et al. 2023, the change of variables that
+Li et al. 2023 omitted).
+"""
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+import torch
+from torch import Tensor
+
+from .measures import Box
+
+__all__ = ["Chart", "AffineChart", "PolarChart"]
+
+
+class Chart(ABC):
+    """:math:`\\varphi_s: U \\to M_s`; subclasses give ``forward``, ``inverse`` and ``log_abs_det_jacobian``.
+
+    Attributes:
+        domain: the coordinate box ``U``.
+        slots: the state coordinates the chart writes; all others are copied from the anchor
+            state or set to ``fixed`` values (e.g. a stage flag), and are checked by ``contains``.
+        fixed: ``{coordinate: value}`` written into every image point.
+    """
+
+    domain: Box
+    slots: tuple[int, ...]
+    fixed: dict[int, float]
+
+    @abstractmethod
+    def _embed(self, s: Tensor, u: Tensor) -> Tensor:
+        """The moved coordinates ``[B, len(slots)]`` of :math:`\\varphi_s(u)`."""
+
+    @abstractmethod
+    def _coords(self, s: Tensor, y: Tensor) -> Tensor:
+        """Inverse of ``_embed``: coordinates ``u [B, k]`` from the moved coordinates ``y``."""
+
+    @abstractmethod
+    def log_abs_det_jacobian(self, s: Tensor, u: Tensor) -> Tensor:
+        """:math:`\\log |J_s(u)|` ``[B]`` relative to the piece's reference measure."""
+
+    def forward(self, s: Tensor, u: Tensor) -> Tensor:
+        """:math:`x = \\varphi_s(u)`: ``s [B, D]``, ``u [B, k]`` -> ``x [B, D]``."""
+        x = s.clone()
+        for i, v in self.fixed.items():
+            x[:, i] = v
+        x[:, list(self.slots)] = self._embed(s, u).to(x.dtype)
+        return x
+
+    def inverse(self, s: Tensor, x: Tensor) -> Tensor:
+        """:math:`u = \\varphi_s^{-1}(x)` ``[B, k]`` (meaningful where ``contains`` holds)."""
+        return self._coords(s, x[:, list(self.slots)])
+
+    def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
+        """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
+        keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed]
+        ok = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
+        if keep:
+            ok &= (x[:, keep] == s[:, keep]).all(1)
+        for i, v in self.fixed.items():
+            ok &= x[:, i] == v
+        u = self.inverse(s, x)
+        lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
+        hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
+        ok &= ((u >= lo) & (u <= hi)).all(1)
+        ok &= (self._embed(s, u) - x[:, list(self.slots)]).abs().amax(1) <= atol * (1 + x[:, list(self.slots)].abs().amax(1))
+        return ok
+
+
+class AffineChart(Chart):
+    """:math:`y = a + \\text{scale} \\odot u` with ``a = s[slots]`` (``relative``) or 0; Lebesgue or Haar.
+
+    .. math:: \\log |J| = \\sum_i \\log |\\text{scale}_i|
+
+    With ``period`` set the moved coordinates wrap modulo ``period`` (a torus of Haar / arclength
+    measure when ``period = 2 pi``; the image is the whole circle so ``U`` must span one period).
+    Covers Lebesgue on a box (``relative=False``), Euler-Maruyama increments on R^n (``relative=True``,
+    unbounded ``U``) and angle increments on a torus.
+    """
+
+    def __init__(self, domain: Box, slots, scale=1.0, relative: bool = False, period: float | None = None, fixed=None):
+        self.domain, self.slots, self.relative, self.period = domain, tuple(slots), relative, period
+        self.fixed = dict(fixed or {})
+        k = domain.dim
+        if len(self.slots) != k:
+            raise ValueError(f"AffineChart writes {len(self.slots)} slots but its domain has dimension {k}")
+        self.scale = tuple(float(v) for v in (scale if isinstance(scale, (tuple, list)) else [scale] * k))
+        if any(v == 0 for v in self.scale):
+            raise ValueError("AffineChart scale must be non-zero")
+
+    def _scale(self, like: Tensor) -> Tensor:
+        return torch.as_tensor(self.scale, dtype=like.dtype, device=like.device)
+
+    def _base(self, s: Tensor) -> Tensor:
+        return s[:, list(self.slots)] if self.relative else torch.zeros_like(s[:, list(self.slots)])
+
+    def _embed(self, s, u):
+        y = self._base(s).to(u.dtype) + self._scale(u) * u
+        return torch.remainder(y, self.period) if self.period else y
+
+    def _coords(self, s, y):
+        d = y - self._base(s).to(y.dtype)
+        if self.period:
+            lo = torch.as_tensor(self.domain.low, dtype=y.dtype, device=y.device)
+            d = lo * self._scale(y) + torch.remainder(d - lo * self._scale(y), self.period)
+        return d / self._scale(y)
+
+    def log_abs_det_jacobian(self, s, u):
+        return self._scale(u).abs().log().sum().expand(u.shape[0])
+
+
+class PolarChart(Chart):
+    """Quarter disc of radius ``rho`` around the anchor, in (radius fraction, angle fraction) coordinates.
+
+    .. math:: \\varphi_s(r, a) = s + \\rho r (\\cos\\tfrac{\\pi a}{2}, \\sin\\tfrac{\\pi a}{2}),\\quad
+       \\log|J| = \\log(\\rho^2 r \\tfrac{\\pi}{2})
+
+    relative to Lebesgue area, ``(r, a) in [0, 1]^2`` (the first step of the quarter-disc grid,
+    Lahlou et al. 2023 section 4.1).
+    """
+
+    def __init__(self, rho: float, slots=(0, 1), fixed=None):
+        self.rho, self.slots, self.fixed = float(rho), tuple(slots), dict(fixed or {})
+        self.domain = Box((0.0, 0.0), (1.0, 1.0))
+
+    def _embed(self, s, u):
+        r, a = u[:, 0], u[:, 1] * (math.pi / 2)
+        return s[:, list(self.slots)].to(u.dtype) + self.rho * r[:, None] * torch.stack([torch.cos(a), torch.sin(a)], -1)
+
+    def _coords(self, s, y):
+        d = (y - s[:, list(self.slots)].to(y.dtype)) / self.rho
+        r = torch.linalg.vector_norm(d, dim=-1)
+        a = torch.atan2(d[:, 1], d[:, 0]) / (math.pi / 2)
+        return torch.stack([r, a], -1)
+
+    def log_abs_det_jacobian(self, s, u):
+        return torch.log(self.rho**2 * u[:, 0] * (math.pi / 2))

@@ -1,0 +1,160 @@
+"""Shared helpers for the core tests: random pointed DAGs built from :class:`FiniteKernel`.
+
+A DAG here is the discrete special case of a measurable pointed graph (Lahlou et al. 2023,
+Definition 1): nodes ``0..n-1`` are the states ``[i]`` (``0`` is :math:`s_0`), every edge goes
+``i -> j`` with ``i < j``, every node is reachable from ``0``, and a random subset of *terminable*
+nodes (all childless nodes included) carries the sink atom. ``nu`` is counting measure on all
+nodes, ``kappa`` counting measure on children (+ sink), ``kappa_b`` counting measure on parents
+(the mirror of ``kappa``, so eq. 4 holds), and ``terminal`` counting measure on terminable nodes.
+
+Test modules import from here (``from conftest import ...``): ``tests/`` is on ``sys.path`` because
+pytest's default ``prepend`` import mode inserts a rootdir conftest's folder when it has no
+``__init__.py``.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.kernels import FiniteKernel
+from gflownet_measure.measures import counting
+
+# Derandomised (seeded) hypothesis runs without the example database: reruns are reproducible.
+HYPOTHESIS = settings(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass(frozen=True)
+class DagSpec:
+    """A finite pointed graph on nodes ``0..n-1``.
+
+    Attributes:
+        children: ``children[i]``, the forward neighbours of node ``i``.
+        parents: ``parents[j]``, the backward neighbours of node ``j`` (the mirror of ``children``
+            unless a test breaks it on purpose).
+        terminable: ``terminable[i]``, ``kappa(i, .)`` has the sink atom.
+        log_R: :math:`\\log R(i)` for every node (only terminable nodes' values matter).
+        max_length: ``N`` of eq. 7; ``n`` bounds every path of a DAG on ``n`` nodes plus the sink step.
+        back_to_sink: ``kappa_b(i, .)`` has a sink atom (breaks eq. 2 on purpose).
+    """
+
+    children: tuple[tuple[int, ...], ...]
+    parents: tuple[tuple[int, ...], ...]
+    terminable: tuple[bool, ...]
+    log_R: tuple[float, ...]
+    max_length: int
+    back_to_sink: tuple[bool, ...] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.children)
+
+    @property
+    def edges(self) -> list[tuple[int, int]]:
+        return [(i, j) for i, ch in enumerate(self.children) for j in ch]
+
+    def with_edges(self, children, parents=None, **kw) -> "DagSpec":
+        """A copy with new forward lists and (by default) their mirror as backward lists."""
+        children = tuple(tuple(c) for c in children)
+        parents = mirror(children) if parents is None else tuple(tuple(p) for p in parents)
+        return replace(self, children=children, parents=parents, **kw)
+
+
+def mirror(children) -> tuple[tuple[int, ...], ...]:
+    """Backward neighbour lists of the forward lists ``children`` (``kappa_b`` as the mirror of ``kappa``)."""
+    parents: list[list[int]] = [[] for _ in children]
+    for i, ch in enumerate(children):
+        for j in ch:
+            parents[j].append(i)
+    return tuple(tuple(p) for p in parents)
+
+
+def _spec(n: int, parent_sets: list[list[int]], term_draw: list[bool], log_R: list[float]) -> DagSpec:
+    children: list[list[int]] = [[] for _ in range(n)]
+    for j, ps in enumerate(parent_sets, start=1):
+        for i in sorted(set(ps)):
+            children[i].append(j)
+    terminable = tuple(bool(t) or not children[i] for i, t in enumerate(term_draw))
+    ch = tuple(tuple(c) for c in children)
+    return DagSpec(ch, mirror(ch), terminable, tuple(float(v) for v in log_R), max_length=n)
+
+
+@st.composite
+def dag_specs(draw, min_nodes: int = 3, max_nodes: int = 7) -> DagSpec:
+    """Random pointed DAGs: node 1 has parent 0, node 2 has parent 0 among others (so s0 has two
+    children and a perturbation of its P_F row is visible after normalisation), every node ``j >= 1``
+    has at least one parent ``i < j`` (so all nodes are reachable from 0), sinks of the DAG are
+    terminable, log-rewards in [-2, 2]."""
+    n = draw(st.integers(min_nodes, max_nodes))
+    parent_sets = [[0]]
+    for j in range(2, n):
+        ps = draw(st.lists(st.integers(0, j - 1), min_size=1, max_size=j, unique=True))
+        parent_sets.append(ps + [0] if j == 2 else ps)
+    term = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    log_R = draw(st.lists(st.floats(-2.0, 2.0, allow_nan=False), min_size=n, max_size=n))
+    return _spec(n, parent_sets, term, log_R)
+
+
+def random_dag_spec(seed: int, min_nodes: int = 3, max_nodes: int = 7) -> DagSpec:
+    """The same distribution of graphs as :func:`dag_specs`, from a numpy seed (for seeded statistical tests)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(min_nodes, max_nodes + 1))
+    parent_sets = [[0]]
+    for j in range(2, n):
+        k = int(rng.integers(1, j + 1))
+        ps = [int(v) for v in rng.choice(j, size=k, replace=False)]
+        parent_sets.append(ps + [0] if j == 2 else ps)
+    term = [bool(v) for v in rng.random(n) < 0.5]
+    log_R = [float(v) for v in rng.uniform(-2.0, 2.0, n)]
+    return _spec(n, parent_sets, term, log_R)
+
+
+def build_graph(spec: DagSpec, dtype=torch.float64, name: str = "random-dag") -> PointedGraph:
+    """The :class:`PointedGraph` of ``spec``: FiniteKernel forward (children + sink) and backward (parents)."""
+    n = spec.n
+    points = torch.arange(n, dtype=dtype)[:, None]  # [n, 1]: state [i] is node i
+    log_R = torch.tensor(spec.log_R, dtype=torch.float64)  # [n]
+    term = torch.tensor(spec.terminable)
+
+    def log_reward(x):
+        return log_R[x[:, 0].long()].to(x.dtype)
+
+    def encode(x):
+        return torch.nn.functional.one_hot(x[:, 0].long(), n).to(x.dtype)
+
+    kappa = FiniteKernel([list(c) for c in spec.children], list(spec.terminable))
+    kappa_b = FiniteKernel([list(p) for p in spec.parents], list(spec.back_to_sink) if spec.back_to_sink else None)
+    return PointedGraph(
+        name=name,
+        source=torch.zeros(1, dtype=dtype),
+        kappa=kappa,
+        kappa_b=kappa_b,
+        nu=counting(points),
+        terminal=counting(points[term]),
+        log_reward=log_reward,
+        max_length=spec.max_length,
+        encode=encode,
+    )
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """Temporarily change torch's default dtype (buffers the library allocates follow it)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def row(report, eq: int):
+    """The :class:`CheckResult` of ``report`` for equation ``eq`` (conditions read ``"eq. <eq> ..."``)."""
+    hits = [r for r in report.results if r.condition.split()[:2] == ["eq.", str(eq)]]
+    assert len(hits) == 1, f"expected one row for eq. {eq} in {[r.condition for r in report.results]}"
+    return hits[0]

@@ -1,0 +1,88 @@
+"""Rollouts, trajectories and the replay buffer on the hypergrid."""
+import pytest
+import torch
+
+from environments import hypergrid
+from gflownet_measure.buffers import ReplayBuffer
+from gflownet_measure.rollout import log_densities, sample_backward, sample_forward
+
+
+@pytest.fixture
+def grid():
+    cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()} | {"height": 5, "ndim": 3}
+    torch.manual_seed(0)
+    g = hypergrid.make_graph(cfg)
+    pf, pb = hypergrid.make_policies(g, cfg, backward="learned")
+    return g, pf, pb
+
+
+def _assert_valid(g, traj):
+    """Every step moves +1 along one axis, trajectories start at s0, and the sink position is the length."""
+    assert (traj.states[0] == g.source).all()
+    steps = traj.states[1:] - traj.states[:-1]  # [T, B, D]
+    moving = traj.mask & ~traj.sink[1:]
+    assert ((steps.sum(-1) == 1) & (steps.abs().sum(-1) == 1))[moving].all()
+    assert (steps[traj.sink[1:]] == 0).all()
+    assert (traj.sink.sum(0) == traj.sink.shape[0] - traj.length).all()
+    assert torch.equal(traj.log_R, g.log_reward(traj.terminal))
+
+
+def test_forward_and_backward_trajectories_are_valid(grid):
+    g, pf, pb = grid
+    fwd = sample_forward(g, pf, 64, epsilon=0.5)
+    _assert_valid(g, fwd)
+    bwd = sample_backward(g, pb, fwd.terminal)
+    _assert_valid(g, bwd)
+    assert torch.equal(bwd.terminal, fwd.terminal)
+    assert torch.equal(bwd.length, fwd.terminal.sum(-1).long() + 1)  # |x|_1 moves, then the stop
+
+
+def test_log_densities_match_the_policies(grid):
+    g, pf, pb = grid
+    traj = sample_forward(g, pf, 8)
+    log_pf, log_pb = log_densities(traj, pf, pb)
+    b = 0
+    for t in range(int(traj.length[b])):
+        s, nx, ns = traj.states[t, b : b + 1], traj.states[t + 1, b : b + 1], traj.sink[t + 1, b : b + 1]
+        assert torch.isclose(log_pf[t, b], pf(s).log_prob(nx, ns)[0])
+        expected = torch.tensor(0.0) if ns else pb(nx).log_prob(s, torch.zeros(1, dtype=torch.bool))[0]
+        assert torch.isclose(log_pb[t, b], expected)
+    assert (log_pf[~traj.mask] == 0).all() and (log_pb[~traj.mask] == 0).all()
+
+
+def test_transition_outside_the_kernel_is_an_error(grid):
+    g, pf, _ = grid
+    with pytest.raises(ValueError, match="outside the reference kernel"):
+        pf(torch.zeros(1, 3)).log_prob(torch.tensor([[2.0, 0.0, 0.0]]), torch.zeros(1, dtype=torch.bool))
+
+
+def test_non_finite_policy_density_is_reported(grid):
+    g, pf, pb = grid
+    traj = sample_forward(g, pf, 4)
+    with torch.no_grad():
+        pf.net[-1].bias.fill_(float("nan"))
+    with pytest.raises(ValueError, match="log P_F is not finite"):
+        log_densities(traj, pf, pb)
+
+
+def test_nan_reward_is_reported(grid):
+    g, pf, _ = grid
+    broken = g.__class__(**{**g.__dict__, "log_reward": lambda x: torch.full((len(x),), float("nan"))})
+    with pytest.raises(ValueError, match="log_reward is nan"):
+        sample_forward(broken, pf, 4)
+
+
+def test_replay_buffer_round_trip_and_ring(grid):
+    g, pf, _ = grid
+    buf = ReplayBuffer(10, g.max_length, g.state_dim)
+    a = sample_forward(g, pf, 6)
+    buf.add(a)
+    torch.manual_seed(1)
+    s = buf.sample(6)
+    assert len(buf) == 6
+    assert sorted(map(tuple, s.terminal.tolist())) == sorted(map(tuple, a.terminal.tolist()))
+    _assert_valid(g, s)
+    buf.add(sample_forward(g, pf, 6))
+    assert len(buf) == 10 and buf.head == 2
+    with pytest.raises(ValueError):
+        ReplayBuffer(0, 3, 2)

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_history", "plot_grid_pair"]
+__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels"]
 
 
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
@@ -40,5 +40,43 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
         ax.set_ylabel("x_2")
     fig.colorbar(im, ax=axes, shrink=0.85)
     fig.suptitle(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None) -> None:
+    """Mean curves with a min-max band across seeds: ``curves[label] = (x [T], values [S, T])``.
+
+    ``panels`` groups labels into side-by-side axes (``{panel title: [labels]}``); default one axis.
+    """
+    panels = panels or {title: list(curves)}
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    for ax, (name, labels) in zip(axes[0], panels.items()):
+        for label in labels:
+            x, v = curves[label]
+            v = np.asarray(v)
+            ax.plot(x, v.mean(0), label=label)
+            ax.fill_between(x, v.min(0), v.max(0), alpha=0.2)
+        ax.set_yscale("log")
+        ax.set_xlabel("trajectories sampled")
+        ax.set_ylabel(ylabel)
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, float, float]]], path: Path, title: str) -> None:
+    """Side-by-side images ``(title, values [nx, ny], extent (x0, x1, y0, y1))``, each with its own colour scale; NaN is blank."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
+    for ax, (name, img, extent) in zip(axes[0], panels):
+        im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal")
+        ax.set_title(name, fontsize=9)
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(title)
+    fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

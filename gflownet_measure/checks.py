@@ -71,7 +71,7 @@ def integrate(wp: WeightedPoints, values: Tensor, inner_var: Tensor | None = Non
     """
     w = torch.where(wp.mask, wp.log_w.exp(), torch.zeros_like(wp.log_w))
     terms = torch.where(wp.mask, w * values, torch.zeros_like(values))
-    var = torch.zeros_like(terms[:, 0])
+    var = torch.zeros(terms.shape[0], dtype=terms.dtype, device=terms.device)
     if inner_var is not None:
         var = var + (w[:, wp.exact] ** 2 * inner_var[:, wp.exact]).sum(1)
     for c in wp.component[~wp.exact].unique():
@@ -99,7 +99,7 @@ def _test_function(graph: PointedGraph, gen: torch.Generator):
     c, d = (torch.rand(2, generator=gen, dtype=torch.float64) * 2 * math.pi).tolist()
 
     def enc(x: Tensor) -> Tensor:
-        return graph.encode(x.flatten(0, 1).float()).double().reshape(*x.shape[:2], -1)
+        return graph.encode(x.flatten(0, 1).float()).double().reshape(*x.shape[:2], F)
 
     def f(s: Tensor, x: Tensor, sink: Tensor) -> Tensor:  # s, x [N, M, D], sink [N, M] -> [N, M]
         es = enc(s) @ a
@@ -224,8 +224,7 @@ def check_normalised(graph: PointedGraph, policy: Policy, backward: bool, n: int
     kernel = graph.kappa_b if backward else graph.kappa
     s = s[~kernel(s).is_zero()]
     with torch.no_grad():
-        d = policy(s)
-        inner = d.measure.weighted_points(n, method)
+        inner = kernel(s).weighted_points(n, method)  # the graph's kernel, not the policy's own (eq. 15-16)
         M = inner.x.shape[1]
         rows = torch.arange(len(s)).repeat_interleave(M)
         flat_mask = inner.mask.reshape(-1)

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from .measures import Atoms, Measure
+from .measures import Atoms, Measure, Piece
 
 __all__ = ["Kernel", "FiniteKernel", "atoms_measure"]
 
@@ -24,10 +24,10 @@ class Kernel(ABC):
         """The reference measures :math:`\\kappa(s_b, \\cdot)`, ``b = 1..B``."""
 
 
-def atoms_measure(x: Tensor, mask: Tensor, sink: Tensor | None = None) -> Measure:
-    """Counting measure on the candidate states ``x [B, K, D]`` where ``mask [B, K]``; ``sink [B, K]`` marks the sink atom."""
+def atoms_measure(x: Tensor, mask: Tensor, sink: Tensor | None = None, pieces: tuple[Piece, ...] = ()) -> Measure:
+    """Counting measure on the candidate states ``x [B, K, D]`` where ``mask [B, K]`` (``sink [B, K]`` marks the sink atom), plus ``pieces``."""
     sink = torch.zeros_like(mask) if sink is None else sink
-    return Measure(Atoms(x, torch.zeros(mask.shape, dtype=x.dtype, device=x.device), mask, sink))
+    return Measure(Atoms(x, torch.zeros(mask.shape, dtype=x.dtype, device=x.device), mask, sink), tuple(pieces))
 
 
 class FiniteKernel(Kernel):

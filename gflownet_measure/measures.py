@@ -15,6 +15,7 @@ the reference measure ``nu`` of a graph is a batch of one.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -23,6 +24,13 @@ import torch
 from torch import Tensor
 
 __all__ = ["Box", "Atoms", "Piece", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
+
+
+@functools.lru_cache(maxsize=64)
+def _gauss_rule(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre (on [-1, 1]) or Gauss-Hermite (weight e^{-x^2}) nodes and weights, computed once per ``n``."""
+    rule = np.polynomial.legendre.leggauss if kind == "legendre" else np.polynomial.hermite.hermgauss
+    return rule(n)
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,11 @@ class Box:
             nodes, logw = [], []
             for lo, hi in zip(self.low, self.high):
                 if math.isfinite(lo) and math.isfinite(hi):
-                    x, w = np.polynomial.legendre.leggauss(per)
+                    x, w = _gauss_rule("legendre", per)
                     nodes.append(lo + (hi - lo) * (x + 1) / 2)
                     logw.append(np.log(w * (hi - lo) / 2))
                 elif not math.isfinite(lo) and not math.isfinite(hi):
-                    x, w = np.polynomial.hermite.hermgauss(per)  # int e^{-x^2} f(x) dx
+                    x, w = _gauss_rule("hermite", per)  # int e^{-x^2} f(x) dx
                     nodes.append(x)
                     logw.append(np.log(w) + x**2)
                 else:

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["l1_distance", "log_z_bounds", "log_weights"]
+__all__ = ["l1_distance", "log_z_bounds", "log_weights", "grid_jsd", "kde_log_density", "rejection_sample"]
 
 
 def l1_distance(p: Tensor, q: Tensor) -> float:
@@ -26,3 +26,52 @@ def log_z_bounds(w: Tensor) -> tuple[float, float]:
     """
     w = w.double()
     return float(w.mean()), float(torch.logsumexp(w, 0) - math.log(len(w)))
+
+
+def grid_jsd(log_p: Tensor, log_q: Tensor) -> float:
+    """Jensen-Shannon divergence (nats) between two unnormalised log-densities on the same grid ``[G]``.
+
+    .. math:: p = \\mathrm{softmax}(\\log p),\\ q = \\mathrm{softmax}(\\log q),\\ m = \\tfrac12(p + q),\\quad
+       \\mathrm{JSD} = \\tfrac12 \\mathrm{KL}(p\\|m) + \\tfrac12 \\mathrm{KL}(q\\|m) \\in [0, \\log 2]
+
+    (the evaluation of Lahlou et al. 2023, section 4.1). Grid points where a density is zero (-inf) add nothing to its KL.
+    """
+    lp, lq = torch.log_softmax(log_p.double(), 0), torch.log_softmax(log_q.double(), 0)
+    lm = torch.logaddexp(lp, lq) - math.log(2.0)
+
+    def kl(la: Tensor) -> Tensor:
+        return torch.where(la > -math.inf, la.exp() * (la - lm), torch.zeros_like(la)).sum()
+
+    return float(0.5 * kl(lp) + 0.5 * kl(lq))
+
+
+def kde_log_density(samples: Tensor, points: Tensor, bandwidth: float, chunk: int = 512) -> Tensor:
+    """Exponential-kernel density estimate up to a constant, ``[G]`` at ``points [G, D]`` from ``samples [K, D]``.
+
+    .. math:: \\log \\hat p(y) = \\log \\sum_{k=1}^K \\exp(-\\|y - x_k\\|_2 / h) + \\text{const}
+
+    The normalising constant (:math:`K` times the kernel's integral) is omitted: the grid metrics
+    renormalise over their grid. Evaluated in chunks of ``chunk`` points (a ``[chunk, K]`` distance matrix).
+    """
+    x = samples.float()  # float32 matrix-product distances: ~1e-4 absolute error near zero distance, 3e-5 in log p (measured)
+    out = [torch.logsumexp(-torch.cdist(y, x, compute_mode="use_mm_for_euclid_dist") / bandwidth, 1) for y in points.float().split(chunk)]
+    return torch.cat(out).double()
+
+
+def rejection_sample(log_density, low: Tensor, high: Tensor, log_bound: float, n: int, generator=None) -> Tensor:
+    """``n`` exact draws ``[n, D]`` from the density proportional to :math:`e^{\\log f}` on the box ``[low, high]``.
+
+    Uniform proposals, accepted with probability :math:`f(x) / M`, :math:`\\log M` = ``log_bound``.
+    Raises if a proposal exceeds the bound (the sampler would then target :math:`\\min(f, M)`).
+    """
+    low, high = low.double(), high.double()
+    out, have = [], 0
+    while have < n:
+        x = low + (high - low) * torch.rand(2 * n, len(low), dtype=torch.float64, generator=generator)
+        log_f = log_density(x).double()
+        if (log_f > log_bound + 1e-12).any():
+            raise ValueError(f"rejection_sample: log f reaches {float(log_f.max()):.6g} above the bound log M = {log_bound:.6g}")
+        keep = torch.log(torch.rand(len(x), dtype=torch.float64, generator=generator)) < log_f - log_bound
+        out.append(x[keep])
+        have += int(keep.sum())
+    return torch.cat(out)[:n]

@@ -1,6 +1,6 @@
 """Training objectives: the losses of :mod:`gflownet_measure.losses` applied to a GFlowNet's modules.
 
-Each objective is a function ``(gfn, graph, traj, lam, penalty) -> loss`` registered in
+Each objective is a function ``(gfn, graph, traj, lam=0.9, penalty=square) -> loss`` registered in
 ``OBJECTIVES``; none of them sees anything environment-specific.
 """
 from __future__ import annotations
@@ -32,31 +32,32 @@ class GFlowNet(nn.Module):
         if self.log_F is None:
             raise ValueError("this objective needs a state-flow network log_F")
         T1, B = traj.sink.shape
-        pos = torch.arange(T1)[:, None]
+        pos = torch.arange(T1, device=traj.sink.device)[:, None]
         inner = (~traj.sink) & (pos > 0)
-        out = torch.zeros(T1, B)
-        out[inner] = self.log_F(traj.states[inner])
-        out = torch.where(pos == 0, self.log_Z.expand(T1, B), out)
+        log_F = self.log_F(traj.states[inner])
+        out = torch.zeros(T1, B, dtype=log_F.dtype, device=log_F.device)
+        out[inner] = log_F
+        out = torch.where(pos == 0, self.log_Z.to(out.dtype).expand(T1, B), out)
         at_sink = traj.sink & ~torch.cat([torch.zeros(1, B, dtype=torch.bool), traj.sink[:-1]])
         return torch.where(at_sink, traj.log_R[None].expand(T1, B), out)
 
 
-def _tb(gfn, graph, traj, lam, penalty):
+def _tb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
     log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
     return penalty(losses.tb_residual(gfn.log_Z, log_pf, log_pb, traj.log_R, traj.mask)).mean()
 
 
-def _db(gfn, graph, traj, lam, penalty):
+def _db(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
     log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
     return losses.masked_mean(penalty(losses.db_residuals(gfn.flows(traj), log_pf, log_pb)), traj.mask)
 
 
-def _subtb(gfn, graph, traj, lam, penalty):
+def _subtb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
     log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
     return losses.subtb_loss(gfn.flows(traj), log_pf, log_pb, traj.length, lam, penalty)
 
 
-def _fm(gfn, graph, traj, lam, penalty):
+def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
     """Flow matching at every visited state plus reward matching at its sink edge; the logits of P_F are log edge flows."""
     s = traj.states[~traj.sink]  # visited states, s0 included
     out = gfn.pf(s)
@@ -70,8 +71,9 @@ def _fm(gfn, graph, traj, lam, penalty):
     parents = gfn.pb.kernel(s[inner]).atoms  # kappa_b(s, .)
     P = parents.mask.shape[1]
     child = s[inner][:, None].expand(-1, P, -1)[parents.mask]
-    log_in = torch.full(parents.mask.shape, float("-inf"))
-    log_in[parents.mask] = gfn.pf(parents.x[parents.mask]).log_flow(child, torch.zeros(len(child), dtype=torch.bool))
+    flows_in = gfn.pf(parents.x[parents.mask]).log_flow(child, torch.zeros(len(child), dtype=torch.bool))
+    log_in = torch.full(parents.mask.shape, float("-inf"), dtype=flows_in.dtype, device=flows_in.device)
+    log_in[parents.mask] = flows_in
     fm = losses.fm_residual(log_in, parents.mask, out.logits[inner], atoms.mask[inner])
     return penalty(fm).mean() + penalty(rm).mean()
 

@@ -17,12 +17,12 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Beta, Distribution, Independent, Uniform
+from torch.distributions import Beta, Categorical, Distribution, Independent, MixtureSameFamily, Uniform
 
 from .kernels import Kernel
 from .measures import Measure
 
-__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "StateFlow", "mlp"]
+__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp"]
 
 
 class KernelDensity:
@@ -173,20 +173,79 @@ def mlp(n_in: int, hidden: int, n_layers: int, n_out: int, act=nn.ELU) -> nn.Seq
     return nn.Sequential(*layers, nn.Linear(width, n_out))
 
 
-class BetaHead(nn.Module):
-    """Product of Betas on ``[0, 1]^k`` with concentrations in ``[c_min, c_min + c_span]`` (sigmoid-squashed)."""
+class _EdgeClamped(Distribution):
+    """``base`` on ``[0, 1]^k`` with samples and evaluation points clamped to ``[eps, 1 - eps]``.
 
-    def __init__(self, k: int, c_min: float = 0.1, c_span: float = 5.0):
+    A Beta with a concentration below 1 puts mass within float round-off of 0 and 1 (Beta(0.1, 0.1):
+    13% beyond 1e-6 of an edge); there a chart's inverse cannot recover ``u`` to the precision its
+    log-density needs (an arc maps ``u = 1e-30`` and ``u = 0`` to the same float), so ``log_prob``
+    turns infinite or NaN on sampled transitions. Clamping both to ``[eps, 1 - eps]`` keeps sample and
+    density on the same representable points; the moved mass is at most ``P(u < eps) + P(u > 1 - eps)``.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, base: Distribution, eps: float):
+        self.base, self.eps = base, eps
+        super().__init__(batch_shape=base.batch_shape, event_shape=base.event_shape, validate_args=False)
+
+    def sample(self, sample_shape=torch.Size()):
+        return self.base.sample(sample_shape).clamp(self.eps, 1 - self.eps)
+
+    def log_prob(self, value):
+        return self.base.log_prob(value.clamp(self.eps, 1 - self.eps))
+
+
+class BetaHead(nn.Module):
+    """Product of Betas on ``[0, 1]^k``, concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)`.
+
+    .. math:: q(u) = \\prod_{i=1}^k \\mathrm{Beta}(u_i; \\alpha_i, \\beta_i),\\quad \\alpha_i, \\beta_i \\in [c_{min}, c_{min} + c_{span}]
+
+    A density over chart coordinates (w.r.t. ``du``); :class:`KernelDensity` divides by the chart's
+    Jacobian. Coordinates are clamped to ``[edge, 1 - edge]`` (see :class:`_EdgeClamped`); ``edge``
+    defaults to 1e-6, about the float32 spacing just below 1.
+    """
+
+    def __init__(self, k: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6):
         super().__init__()
-        self.k, self.c_min, self.c_span = k, c_min, c_span
+        self.k, self.c_min, self.c_span, self.edge = k, c_min, c_span, edge
 
     @property
     def n_params(self) -> int:
         return 2 * self.k
 
+    def _concentrations(self, raw: Tensor) -> tuple[Tensor, Tensor]:
+        """:math:`(\\alpha, \\beta)` from raw outputs ``[..., 2m]`` -> ``[..., m]`` each."""
+        return (self.c_min + self.c_span * torch.sigmoid(raw)).chunk(2, -1)
+
     def forward(self, raw: Tensor) -> Distribution:
-        a, b = (self.c_min + self.c_span * torch.sigmoid(raw)).chunk(2, -1)
-        return Independent(Beta(a, b, validate_args=False), 1)
+        a, b = self._concentrations(raw)
+        return _EdgeClamped(Independent(Beta(a, b, validate_args=False), 1), self.edge)
+
+
+class BetaMixtureHead(BetaHead):
+    """A mixture of ``n_components`` products of Betas on ``[0, 1]^k`` (the quarter-disc policies, Lahlou et al. 2023 section 4.1).
+
+    .. math:: q(u) = \\sum_{j=1}^{C} w_j \\prod_{i=1}^k \\mathrm{Beta}(u_i; \\alpha_{ji}, \\beta_{ji}),\\quad w = \\mathrm{softmax}(\\ell)
+
+    Raw outputs: ``C`` mixture logits, then ``2 k C`` concentration pre-activations (all ``alpha``
+    then all ``beta``, component-major). Same squashing and edge clamp as :class:`BetaHead`.
+    """
+
+    def __init__(self, k: int, n_components: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6):
+        super().__init__(k, c_min, c_span, edge)
+        self.n_components = n_components
+
+    @property
+    def n_params(self) -> int:
+        return self.n_components * (1 + 2 * self.k)
+
+    def forward(self, raw: Tensor) -> Distribution:
+        C = self.n_components
+        logits, conc = raw[..., :C], raw[..., C:]
+        a, b = self._concentrations(conc)  # [..., C k] each
+        comps = Independent(Beta(a.unflatten(-1, (C, self.k)), b.unflatten(-1, (C, self.k)), validate_args=False), 1)
+        return _EdgeClamped(MixtureSameFamily(Categorical(logits=logits), comps, validate_args=False), self.edge)
 
 
 class MLPPolicy(Policy):

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .measures import Box
 
-__all__ = ["Chart", "AffineChart", "PolarChart"]
+__all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
 
 
 class Chart(ABC):
@@ -149,3 +149,65 @@ class PolarChart(Chart):
 
     def log_abs_det_jacobian(self, s, u):
         return torch.log(self.rho**2 * u[:, 0] * (math.pi / 2))
+
+
+class ArcChart(Chart):
+    """An arc of radius ``rho`` around the anchor, between angle fractions ``A(s)`` and ``B(s)``.
+
+    .. math:: \\varphi_s(u) = s + \\sigma \\rho (\\cos\\theta, \\sin\\theta),\\quad
+       \\theta = \\tfrac{\\pi}{2}\\big(A(s) + (B(s) - A(s))\\,u\\big),\\quad
+       \\log|J| = \\log\\big(\\rho\\, \\tfrac{\\pi}{2}\\, (B(s) - A(s))\\big)
+
+    relative to arclength, ``u in [0, 1]``. ``direction`` :math:`\\sigma = +1` gives the children of
+    ``s`` (a forward move of length rho), :math:`\\sigma = -1` its parents (the backward arc); the
+    continuous moves of the quarter-disc grid (Lahlou et al. 2023, section 4.1). ``bounds(s)``
+    returns ``(A, B)`` ``[B]`` each; the chart is meaningful where ``B > A`` (its kernel masks the rest).
+    """
+
+    def __init__(self, rho: float, bounds, direction: int = 1, slots=(0, 1), fixed=None):
+        if direction not in (1, -1):
+            raise ValueError(f"ArcChart direction must be +1 (children) or -1 (parents), got {direction}")
+        self.rho, self.bounds, self.direction = float(rho), bounds, direction
+        self.slots, self.fixed = tuple(slots), dict(fixed or {})
+        self.domain = Box((0.0,), (1.0,))
+
+    def _embed(self, s, u):
+        A, B = self.bounds(s)
+        theta = (math.pi / 2) * (A + (B - A) * u[:, 0].to(s.dtype))
+        return s[:, list(self.slots)] + (self.direction * self.rho) * torch.stack([torch.cos(theta), torch.sin(theta)], -1)
+
+    def _coords(self, s, y):
+        A, B = self.bounds(s)
+        d = self.direction * (y.to(s.dtype) - s[:, list(self.slots)])
+        u = (torch.atan2(d[:, 1], d[:, 0]) / (math.pi / 2) - A) / (B - A)
+        # a point of the arc's image has u in [0, 1]; round-off in atan2 can push an end point out by
+        # ~eps / (B - A): project it back (``contains`` still rejects points off the arc, via _embed)
+        return u.clamp(0.0, 1.0)[:, None]
+
+    def log_abs_det_jacobian(self, s, u):
+        A, B = self.bounds(s)
+        return torch.log(self.rho * (math.pi / 2) * (B - A)).to(u.dtype)
+
+
+class WithoutJacobian(Chart):
+    """``chart`` with :math:`\\log|J| := 0`: densities over coordinates passed off as densities over states.
+
+    .. math:: \\tilde p(s, \\varphi(u)) = q(u) \\quad\\text{instead of}\\quad q(u) / |J_s(u)|
+
+    This is the error Lahlou et al. 2023 (section 4.1) point out in Li et al. 2023. It exists to
+    demonstrate that error (``jacobian=false`` in the quarter-disc experiment): a policy built on it
+    does not integrate to one against the true reference kernel, which ``checks.check_graph`` reports.
+    """
+
+    def __init__(self, chart: Chart):
+        self.chart = chart
+        self.domain, self.slots, self.fixed = chart.domain, chart.slots, chart.fixed
+
+    def _embed(self, s, u):
+        return self.chart._embed(s, u)
+
+    def _coords(self, s, y):
+        return self.chart._coords(s, y)
+
+    def log_abs_det_jacobian(self, s, u):
+        return torch.zeros(u.shape[0], dtype=u.dtype, device=u.device)

@@ -250,6 +250,10 @@ def test_penalty_vanishes_with_zero_slope_at_zero(name):
     assert torch.equal(out.detach(), torch.zeros(3, dtype=torch.float64))  # g(0) = 0
     (grad,) = torch.autograd.grad(out.sum(), r)
     assert torch.equal(grad, torch.zeros(3, dtype=torch.float64))  # g'(0) = 0
+    # autograd reports 0 at kinks (d|r|/dr at 0), so also check the one-sided difference quotients:
+    # |g(+-h) / h| -> 0; for a C^2 penalty it is O(h) = 1e-6 here, for a kink |r| it would stay O(1)
+    h = torch.tensor([1e-6, -1e-6], dtype=torch.float64)
+    assert (g(h) / h).abs().max() <= 1e-4
 
 
 @pytest.mark.parametrize("name", sorted(losses.PENALTIES))

@@ -11,6 +11,7 @@ from gflownet_measure.config import resolve
 # Small settings per environment (exact checks enumerate the space). A new environment must add its own.
 SMALL_SETTINGS = {
     "hypergrid": st.fixed_dictionaries({"height": st.integers(2, 6), "ndim": st.integers(1, 3), "R0": st.floats(1e-4, 1.0), "R1": st.floats(0.0, 3.0), "R2": st.floats(0.0, 3.0)}),
+    "quarter-disc": st.fixed_dictionaries({"rho": st.floats(0.1, 0.5), "jacobian": st.just(True)}),
 }
 
 

@@ -1,0 +1,148 @@
+"""The quarter-disc continuous grid (Lahlou et al. 2023, section 4.1): moves of length rho in [0, 1]^2.
+
+States are points of :math:`S = [0, 1]^2` with source :math:`s_0 = (0, 0)`. The pointed graph:
+
+- :math:`\\kappa(s_0, \\cdot)` = Lebesgue area on the quarter disc :math:`Q_\\rho = \\{\\|s\\| \\le \\rho\\}`
+  (:class:`~gflownet_measure.transforms.PolarChart`); :math:`s_0` cannot exit.
+- :math:`\\kappa(s, \\cdot)`, :math:`s \\ne s_0`: arclength on the admissible arc
+  :math:`\\{s + \\rho(\\cos\\theta, \\sin\\theta) \\in S: \\theta \\in [0, \\pi/2]\\}`
+  (:class:`~gflownet_measure.transforms.ArcChart`, angle fractions :math:`[A(s), B(s)]`) plus the
+  sink atom; only the sink where the arc is empty (forced exit).
+- :math:`\\kappa_b(s', \\cdot)`: the atom :math:`s_0` for :math:`s' \\in Q_\\rho` (their only parent),
+  arclength on the backward arc :math:`\\{s' - \\rho(\\cos\\theta, \\sin\\theta) \\in S\\}` otherwise,
+  zero at :math:`s_0` (eq. 5).
+- :math:`\\nu = \\delta_{s_0} + \\lambda_S`; every :math:`s \\ne s_0` is terminable, so
+  :math:`\\kappa_b(\\bot, \\cdot) = \\lambda_S` and the reward is a density w.r.t. Lebesgue area.
+
+Eq. 4 holds because :math:`(s, \\theta) \\mapsto (s + \\rho e_\\theta, \\theta)` preserves
+:math:`\\lambda_S \\otimes \\rho\\, d\\theta`, and a forward arc never re-enters the interior of
+:math:`Q_\\rho` (:math:`\\|s + \\rho e_\\theta\\|^2 = \\|s\\|^2 + 2\\rho\\, s \\cdot e_\\theta + \\rho^2 \\ge \\rho^2`).
+
+Reward (the public code's exact version, ``reference_facts.md`` 1.2), :math:`a_d = |x_d - 1/2|`:
+
+.. math:: R(x) = R_0 + R_1 \\prod_d 1[a_d > 0.25] + R_2 \\prod_d 1[0.3 < a_d < 0.4],\\quad
+   Z = R_0 + 0.5^2 R_1 + 0.2^2 R_2 = 0.305
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from gflownet_measure.config import Setting
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.kernels import Kernel
+from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
+from gflownet_measure.policies import BetaMixtureHead, MLPPolicy, UniformPolicy
+from gflownet_measure.transforms import AffineChart, ArcChart, PolarChart, WithoutJacobian
+
+__all__ = ["SETTINGS", "R0", "R1", "R2", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "make_graph", "make_policies"]
+
+SETTINGS = {
+    "rho": Setting(0.25, "step length (the paper uses 0.25 and 0.1)", low=0.05, high=0.5),
+    "jacobian": Setting(True, "divide the policies' coordinate densities by the chart Jacobians (false: the Li et al. 2023 error)", choices=(True, False)),
+}
+
+R0, R1, R2 = 0.1, 0.5, 2.0
+LOG_Z = math.log(R0 + 0.5**2 * R1 + 0.2**2 * R2)  # log 0.305
+REWARD_MAX = R0 + R1 + R2  # 2.6: the R2 squares lie inside the R1 band (the public code's sampler wrongly uses 2.1)
+
+
+def arc_bounds(wall: Tensor, rho: float) -> tuple[Tensor, Tensor]:
+    """Angle fractions :math:`(A, B)` ``[B]`` of the arc of radius rho that stays within ``wall [B, 2]`` of its centre.
+
+    .. math:: A = \\tfrac{2}{\\pi} \\arccos\\big(\\min(w_x/\\rho, 1)\\big),\\quad B = \\tfrac{2}{\\pi} \\arcsin\\big(\\min(w_y/\\rho, 1)\\big)
+
+    With ``wall = 1 - s`` these are the forward bounds of ``reference_facts.md`` 1.1, with
+    ``wall = s`` the backward bounds of 1.4; the ``min`` says a wall farther than rho is never hit
+    (``A = 0``, ``B = 1``). The arc is empty iff :math:`B \\le A`, i.e. iff the corner
+    ``s + wall`` lies within rho of ``s`` or a wall is touched: the public code's forced-exit rule.
+    """
+    w = (wall.double() / rho).clamp(max=1.0)  # the min above; float64 so that log(B - A) agrees across state dtypes
+    return torch.arccos(w[:, 0]) * (2 / math.pi), torch.arcsin(w[:, 1]) * (2 / math.pi)
+
+
+class QuarterDiscKernel(Kernel):
+    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the quarter-disc grid (module docstring).
+
+    Components, in order: forward ``[sink atom | polar piece at s0 | forward arc]``, backward
+    ``[atom s0 | backward arc]``. With ``jacobian=False`` the charts report :math:`\\log|J| = 0`
+    (:class:`~gflownet_measure.transforms.WithoutJacobian`): such a kernel is not the graph's, and
+    is only used to build the policies of the Jacobian-free demonstration.
+    """
+
+    def __init__(self, rho: float, forward: bool, jacobian: bool = True):
+        self.rho, self.forward = rho, forward
+        wrap = (lambda c: c) if jacobian else WithoutJacobian
+        if forward:
+            self.polar = wrap(PolarChart(rho))
+            self.arc = wrap(ArcChart(rho, lambda s: arc_bounds(1 - s, rho), direction=1))
+        else:
+            self.arc = wrap(ArcChart(rho, lambda s: arc_bounds(s, rho), direction=-1))
+
+    def __call__(self, s: Tensor) -> Measure:
+        B = s.shape[0]
+        at_source = (s == 0).all(1)
+        walls = 1 - s if self.forward else s
+        lo, hi = arc_bounds(walls, self.rho)
+        has_arc = ~at_source & (hi > lo)
+        if self.forward:
+            atoms = Atoms(s[:, None], torch.zeros(B, 1, dtype=s.dtype), ~at_source[:, None], torch.ones(B, 1, dtype=torch.bool))
+            return Measure(atoms, (Piece(self.polar, s, at_source), Piece(self.arc, s, has_arc)))
+        in_disc = ~at_source & (torch.linalg.vector_norm(s, dim=1) <= self.rho)
+        atoms = Atoms(torch.zeros_like(s)[:, None], torch.zeros(B, 1, dtype=s.dtype), in_disc[:, None], torch.zeros(B, 1, dtype=torch.bool))
+        return Measure(atoms, (Piece(self.arc, s, has_arc & ~in_disc),))
+
+
+def log_reward(x: Tensor) -> Tensor:
+    """:math:`\\log R(x)` ``[B]`` w.r.t. Lebesgue area on :math:`[0, 1]^2` (module docstring; strict inequalities)."""
+    a = (x - 0.5).abs()
+    band = (a > 0.25).all(-1)
+    square = ((a > 0.3) & (a < 0.4)).all(-1)
+    return torch.log(R0 + R1 * band.to(x.dtype) + R2 * square.to(x.dtype))
+
+
+def encode(x: Tensor) -> Tensor:
+    """The raw coordinates ``(x, y)`` as float32 features ``[B, 2]`` (the paper's torso input)."""
+    return x.float()
+
+
+def make_graph(cfg: dict) -> PointedGraph:
+    """The pointed graph for step ``rho``; states are float64 so arc end points survive the chart round trip."""
+    rho = cfg["rho"]
+    source = torch.zeros(2, dtype=torch.float64)
+    square = charted(AffineChart(Box((0.0, 0.0), (1.0, 1.0)), slots=(0, 1)), 2, torch.float64)
+    return PointedGraph(
+        name=f"quarter-disc(rho={rho})",
+        source=source,
+        kappa=QuarterDiscKernel(rho, forward=True),
+        kappa_b=QuarterDiscKernel(rho, forward=False),
+        nu=sum_measures(dirac(source), square),
+        terminal=square,
+        log_reward=log_reward,
+        max_length=2 + math.ceil(2 / rho),  # first move, at most 2/rho arcs (each adds >= rho to x + y), exit
+        encode=encode,
+    )
+
+
+def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2):
+    """``(P_F, P_B)`` of the paper's quarter-disc experiment.
+
+    P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
+    input layer plus 3 hidden blocks is ``n_layers = 4``) with logits ``[sink, polar, arc]``, a
+    ``n_components_s0``-mixture of products of two Betas over the polar coordinates (radius and angle
+    fractions; the torso evaluated at s0 replaces the code's free parameters) and a
+    ``n_components``-mixture of Betas over the arc coordinate. At ``s != s0`` the softmax over
+    ``[sink, arc]`` is the exit probability. P_B: uniform in angle on the backward arc (an exact
+    density w.r.t. arclength), or ``learned``: a separate MLP of the same shape with a Beta mixture
+    (the code's ``learnable`` option; its ``tied`` variant shares the P_F torso). Concentrations in
+    ``[0.1, 5.1]``. With ``cfg["jacobian"]`` false both are built on kernels whose charts drop the Jacobian.
+    """
+    rho, jac = cfg["rho"], cfg["jacobian"]
+    pf_heads = [BetaMixtureHead(2, n_components_s0), BetaMixtureHead(1, n_components)]
+    pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers)
+    kappa_b = QuarterDiscKernel(rho, False, jac)
+    if backward == "uniform":
+        return pf, UniformPolicy(kappa_b)
+    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components)], hidden=hidden, n_layers=n_layers)

@@ -1,0 +1,198 @@
+"""`gflownet-measure run quarter-disc` and `quarter-disc-figure1`: the continuous grid of Lahlou et al. 2023, section 4.1.
+
+Metrics (``reference_facts.md`` 1.7): the JSD on a 100 x 100 grid (``linspace(0.001, 1, 100)``)
+between an exponential-kernel KDE (bandwidth 0.1) of ``eval_samples`` terminal states and (a) the exact
+normalised reward on the grid (``jsd_exact``), (b) the same KDE of as many rejection samples from R,
+bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). ``jsd_floor`` is (a) for
+the rejection samples themselves: what a perfect sampler scores against the exact grid.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from environments import quarter_disc as env
+from gflownet_measure.config import Setting
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.losses import square
+from gflownet_measure.metrics import grid_jsd, kde_log_density, log_weights, log_z_bounds, rejection_sample
+from gflownet_measure.objectives import OBJECTIVES, GFlowNet
+from gflownet_measure.policies import Policy, StateFlow
+from gflownet_measure.rollout import log_densities, sample_backward, sample_forward
+from gflownet_measure.training import Trainer, make_optimizer, seed_everything
+
+from .common import TRAINING_SETTINGS, make_scheduler
+from .plots import plot_bands, plot_density_panels, plot_history
+from .registry import Experiment, register
+
+SETTINGS = {
+    **env.SETTINGS,
+    **TRAINING_SETTINGS,
+    "loss": Setting("tb", "objective", choices=("tb", "db")),
+    "backward": Setting("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned")),
+    "hidden": Setting(128, "MLP width", low=1),
+    "n_layers": Setting(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0),
+    "epsilon": Setting(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
+    "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
+    "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
+}
+
+_PAPER = {"steps": 20000, "batch_size": 128, "lr": 1e-3, "lr_logZ": 1e-3, "lr_flow": 1e-2, "lr_milestone": 2500, "lr_gamma": 0.5, "eval_every": 500}
+PRESETS = {
+    "quick": _PAPER | {"steps": 1000, "lr_logZ": 5e-2, "lr_milestone": 500, "eval_every": 250, "eval_samples": 4000},
+    "paper": _PAPER,  # main.py of the public code: Adam, batch 128, lr halved every 2,500 of 20,000 iterations
+}
+
+GRID = torch.linspace(0.001, 1.0, 100, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What every evaluation compares with: grid points, exact log R there, the rejection samples and their KDE."""
+
+    points: Tensor  # [G, 2]
+    log_R: Tensor  # [G]
+    samples: Tensor  # [K, 2]
+    log_kde: Tensor  # [G]
+    bandwidth: float
+
+    @staticmethod
+    def build(n: int, bandwidth: float, seed: int) -> "Reference":
+        points = torch.cartesian_prod(GRID, GRID)
+        gen = torch.Generator().manual_seed(seed)
+        samples = rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen)
+        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth)
+
+    def jsd(self, x: Tensor) -> dict:
+        log_kde = kde_log_density(x, self.points, self.bandwidth)
+        return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde)}
+
+
+def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
+    """Figure 2: R/Z, the KDE of the learned samples, P_F(s0, .) on [0, rho]^2 and the law of s1 under R (x) P_B."""
+    n = len(GRID)
+    side = torch.linspace(0.0, rho, 60, dtype=torch.float64)[1:]
+    disc = torch.cartesian_prod(side, side)
+    inside = torch.linalg.vector_norm(disc, dim=1) < rho
+    with torch.no_grad():
+        log_p = pf(torch.zeros(int(inside.sum()), 2, dtype=torch.float64)).log_prob(disc[inside], torch.zeros(int(inside.sum()), dtype=torch.bool))
+    pf_img = torch.full((len(disc),), float("nan"), dtype=torch.float64)
+    pf_img[inside] = log_p.double().exp()
+    s1 = sample_backward(graph, pb, ref.samples).states[1]
+    hist, _, _ = np.histogram2d(s1[:, 0].numpy(), s1[:, 1].numpy(), bins=40, range=[[0, rho], [0, rho]], density=True)
+    box, small = (0.0, 1.0, 0.0, 1.0), (0.0, rho, 0.0, rho)
+    panels = [
+        ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).numpy(), box),
+        ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).numpy(), box),
+        ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).numpy(), small),
+        ("s1 of backward walks from R with P_B", hist, small),
+    ]
+    plot_density_panels(panels, path, title)
+
+
+def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
+    """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
+    graph = env.make_graph(cfg)
+    pf, pb = env.make_policies(graph, cfg, cfg["backward"], cfg["hidden"], cfg["n_layers"])
+    log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if cfg["loss"] == "db" else None
+    gfn = GFlowNet(pf, pb, log_F)
+    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg["lr_flow"])
+    objective = OBJECTIVES[cfg["loss"]]
+    ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
+
+    def step_fn(step: int):
+        traj = sample_forward(graph, pf, cfg["batch_size"], cfg["epsilon"])
+        return objective(gfn, graph, traj, 0.0, square)
+
+    def evaluate() -> dict:
+        return ref.jsd(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | {"log_Z": float(gfn.log_Z.detach())}
+
+    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
+    history = trainer.run(resume)
+
+    with torch.no_grad():
+        traj = sample_forward(graph, pf, cfg["eval_samples"])
+        w = log_weights(traj.log_R, *log_densities(traj, pf, pb), traj.mask)
+    lower, iw = log_z_bounds(w)
+    x = traj.terminal
+    np.savez(out / "samples.npz", x=x.numpy())
+    label = f"rho={cfg['rho']}, {cfg['loss']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
+    plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
+    if figure2:
+        _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
+    return ref.jsd(x) | {
+        "jsd_floor": grid_jsd(ref.log_kde, ref.log_R),
+        "log_Z_exact": env.LOG_Z,
+        "log_Z_learned": float(gfn.log_Z.detach()),
+        "log_Z_lower_bound": lower,
+        "log_Z_importance_weighted": iw,
+        "seconds": history[-1]["seconds"],
+        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
+        "steps": cfg["steps"],
+        "trajectories": cfg["steps"] * cfg["batch_size"],
+    }
+
+
+register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture policies, TB/DB; JSD to R on a 100x100 grid", SETTINGS, PRESETS, run))
+
+# --- Figure 1 (b, c) and Figure 2: the 8 configurations over seeds -----------------------------------------
+
+CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
+FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("loss", "backward", "rho")} | {
+    "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
+}
+FIGURE1_PRESETS = {
+    "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
+    "paper": PRESETS["paper"] | {"seeds": 3},
+}
+
+
+def _name(loss: str, backward: str, rho: float) -> str:
+    return f"{loss}-{backward}-rho{rho}"
+
+
+def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
+    """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures."""
+    base_seed = torch.initial_seed()  # the CLI's --seed
+    headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
+    runs: dict[str, list[list[dict]]] = {}
+    finals: dict[str, list[dict]] = {}
+    for loss, backward, rho in CONFIGS:
+        name = _name(loss, backward, rho)
+        for k in range(cfg["seeds"]):
+            sub = out / name / f"seed{base_seed + k}"
+            sub.mkdir(parents=True, exist_ok=True)
+            if not (resume and (sub / "metrics.json").exists()):
+                seed_everything(base_seed + k)
+                sub_cfg = {key: v for key, v in cfg.items() if key != "seeds"} | {"loss": loss, "backward": backward, "rho": rho}
+                (sub / "config.json").write_text(json.dumps({"seed": base_seed + k, "settings": sub_cfg}, indent=2) + "\n")
+                sub_metrics = run(sub_cfg, sub, resume and (sub / "checkpoint.pt").exists(), figure2=(name == headline and k == 0))
+                (sub / "metrics.json").write_text(json.dumps(sub_metrics, indent=2) + "\n")
+            runs.setdefault(name, []).append([json.loads(r) for r in (sub / "history.jsonl").read_text().splitlines() if r.strip()])
+            finals.setdefault(name, []).append(json.loads((sub / "metrics.json").read_text()))
+    curves = {name: ([r["trajectories"] for r in hs[0]], [[r["jsd_exact"] for r in h] for h in hs]) for name, hs in runs.items()}
+    panels = {f"rho = {rho}": [_name(l, b, r) for l, b, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
+    plot_bands(curves, out / "figure1.png", "JSD to the exact reward grid (mean, min-max over seeds)", "JSD", panels)
+    shutil.copyfile(out / headline / f"seed{base_seed}" / "figure2.png", out / "figure2.png")
+    with (out / "history.jsonl").open("w") as f:
+        for i, row in enumerate(runs[headline][0]):
+            means = {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in ("jsd_exact", "jsd_rejection")}
+            f.write(json.dumps({"step": row["step"], "trajectories": row["trajectories"]} | means) + "\n")
+    with np.load(out / headline / f"seed{base_seed}" / "samples.npz") as z:
+        np.savez(out / "samples.npz", x=z["x"])
+    metrics = {}
+    for name, ms in finals.items():
+        for key in ("jsd_exact", "jsd_rejection", "log_Z_learned"):
+            metrics[f"{key}/{name}/mean"] = float(np.mean([m[key] for m in ms]))
+            metrics[f"{key}/{name}/std"] = float(np.std([m[key] for m in ms]))
+    return metrics | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
+
+
+register(Experiment("quarter-disc-figure1", "the 8 quarter-disc configurations (loss x P_B x rho) over seeds: Figures 1(b, c) and 2", FIGURE1_SETTINGS, FIGURE1_PRESETS, run_figure1))

@@ -1,0 +1,234 @@
+"""Quarter-disc specifics: arc geometry, the forced-exit rule, the mirrored backward kernel, normalisation by
+independent quadrature, the Jacobian-free error, the reward's partition function and the grid metrics."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from environments import quarter_disc as qd
+from gflownet_measure.checks import check_graph
+from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
+from gflownet_measure.policies import BetaMixtureHead
+from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.transforms import ArcChart, WithoutJacobian
+
+RHOS = [0.25, 0.1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: these tests are small, and on 2 shared cores extra threads only contend."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cfg(rho=0.25, jacobian=True):
+    return {"rho": rho, "jacobian": jacobian}
+
+
+def states(n, seed=0):
+    return torch.rand(n, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_forward_arcs_stay_in_the_square_at_distance_rho(rho):
+    kappa = qd.make_graph(cfg(rho)).kappa
+    s = states(4000)
+    arc = kappa(s).pieces[1]
+    s, ctx = s[arc.mask], arc.context[arc.mask]
+    for u in (0.0, 0.5, 1.0, None):
+        u = torch.rand(len(s), 1, dtype=torch.float64) if u is None else torch.full((len(s), 1), u, dtype=torch.float64)
+        x = arc.chart.forward(ctx, u)
+        d = x - s
+        assert ((x >= -1e-12) & (x <= 1 + 1e-12)).all()  # float64 round-off of s + rho (cos, sin)
+        assert torch.allclose(torch.linalg.vector_norm(d, dim=1), torch.full((len(s),), rho, dtype=torch.float64), atol=1e-12)
+        assert (d >= -1e-12).all()  # theta in [0, pi/2]: both coordinates grow
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_forced_exit_is_the_codes_rule(rho):
+    """Only the sink where ||(1,1) - s|| <= rho or a coordinate reaches 1 (reference_facts 1.1), arc plus sink elsewhere."""
+    m = qd.make_graph(cfg(rho)).kappa(states(20000, seed=1) ** 0.3)  # ** 0.3 crowds states near the corner (1, 1)
+    s = m.pieces[1].context
+    forced = (torch.linalg.vector_norm(1 - s, dim=1) <= rho) | (s >= 1 - 1e-10).any(1)
+    assert forced.any() and (~forced).any()
+    assert torch.equal(m.pieces[1].mask, ~forced)
+    assert m.atoms.sink.all() and m.atoms.mask.all()  # every s != s0 can exit
+    assert not m.pieces[0].mask.any()  # the polar piece is s0's only
+
+
+def test_source_has_only_the_polar_piece_and_no_exit():
+    m = qd.make_graph(cfg()).kappa(torch.zeros(1, 2, dtype=torch.float64))
+    assert m.component_mask().tolist() == [[False, True, False]]
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_backward_kernel_mirrors_the_forward_one(rho):
+    """The backward arc of s' is the forward arc of (1,1) - s' reflected through (1/2, 1/2); children's parents include s."""
+    g = qd.make_graph(cfg(rho))
+    s = states(3000, seed=2)
+    back = g.kappa_b(s)
+    fwd = g.kappa((1 - s))
+    u = torch.rand(len(s), 1, dtype=torch.float64)
+    assert torch.equal(back.pieces[0].mask, fwd.pieces[1].mask & (torch.linalg.vector_norm(s, dim=1) > rho))
+    both = back.pieces[0].mask
+    xb = back.pieces[0].chart.forward(s[both], u[both])
+    xf = fwd.pieces[1].chart.forward((1 - s)[both], u[both])
+    assert torch.allclose(xb, 1 - xf, atol=1e-12)
+    # a forward move is in the support of the child's backward kernel, at the mirrored arc coordinate
+    m = g.kappa(s)
+    ok = m.pieces[1].mask
+    child = m.pieces[1].chart.forward(s[ok], u[ok])
+    kb = g.kappa_b(child)
+    assert (kb.locate(s[ok], torch.zeros(int(ok.sum()), dtype=torch.bool)) == 1).all()  # component 1: the backward arc
+    # states in the first quarter disc have s0 as their only parent
+    inner = states(500, seed=3) * rho / math.sqrt(2)
+    kb = g.kappa_b(inner)
+    assert kb.atoms.mask.all() and not kb.pieces[0].mask.any() and (kb.atoms.x == 0).all()
+
+
+def test_arc_chart_jacobian_matches_autograd_and_its_inverse():
+    """Area formula |J| = |d phi / du| against autograd (float64, 1e-10 round-off), round trip, direction check."""
+    chart = ArcChart(0.25, lambda s: qd.arc_bounds(1 - s, 0.25))
+    s = torch.tensor([[0.3, 0.4], [0.9, 0.2], [0.2, 0.85], [0.8, 0.8]], dtype=torch.float64)
+    u = torch.tensor([[0.3], [0.7], [0.01], [0.99]], dtype=torch.float64)
+    for b in range(len(s)):
+        jac = torch.autograd.functional.jacobian(lambda v: chart.forward(s[b : b + 1], v[None])[0], u[b])
+        expected = 0.5 * torch.logdet(jac.T @ jac)
+        assert torch.allclose(chart.log_abs_det_jacobian(s[b : b + 1], u[b : b + 1])[0], expected, atol=1e-10)
+    x = chart.forward(s, u)
+    assert torch.allclose(chart.inverse(s, x), u, atol=1e-10) and chart.contains(s, x).all()
+    assert not chart.contains(s, s + 0.25 * torch.tensor([[-1.0, 0.0]], dtype=torch.float64)).any()  # a point of the circle off the arc
+    with pytest.raises(ValueError, match="direction"):
+        ArcChart(0.25, qd.arc_bounds, direction=0)
+
+
+def test_arc_inverse_projects_round_off_at_the_end_points():
+    """The clamp in ArcChart._coords: an end point moved off the arc by round-off maps to u in [0, 1] and is contained."""
+    chart = ArcChart(0.25, lambda s: qd.arc_bounds(1 - s, 0.25))
+    s = torch.tensor([[0.9, 0.2], [0.9, 0.2]], dtype=torch.float64)  # A > 0: the arc starts off the x-axis
+    x = chart.forward(s, torch.tensor([[0.0], [1.0]], dtype=torch.float64))
+    x = x + torch.tensor([[1e-12, -1e-12], [-1e-12, 0.0]], dtype=torch.float64)  # just past each end, along the circle
+    u = chart.inverse(s, x)
+    assert torch.equal(u, torch.tensor([[0.0], [1.0]], dtype=torch.float64))
+    assert chart.contains(s, x).all()
+
+
+def _gauss_legendre(n, lo, hi):
+    x, w = np.polynomial.legendre.leggauss(n)
+    return torch.tensor(lo + (hi - lo) * (x + 1) / 2), torch.tensor(w * (hi - lo) / 2)
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_pf_integrates_to_one_by_independent_quadrature(rho):
+    """P_F(s0, .) over the quarter disc in polar coordinates (r dr dphi written here, not taken from a chart), and
+    P_F(s, .) over the arc (rho dtheta) plus exit. Gauss-Legendre with 96 nodes per axis on the smooth densities of an
+    initialised network (concentrations near 2.6): quadrature error < 1e-8, float32 network outputs ~1e-6; tolerance 1e-4."""
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg(rho))
+    pf, _ = qd.make_policies(g, cfg(rho), hidden=32, n_layers=2)
+    r, wr = _gauss_legendre(96, 0.0, rho)
+    phi, wphi = _gauss_legendre(96, 0.0, math.pi / 2)
+    R, P = torch.meshgrid(r, phi, indexing="ij")
+    x = torch.stack([R * torch.cos(P), R * torch.sin(P)], -1).reshape(-1, 2)
+    with torch.no_grad():
+        p = pf(torch.zeros_like(x)).log_prob(x, torch.zeros(len(x), dtype=torch.bool)).double().exp().reshape(96, 96)
+    assert float((wr[:, None] * wphi[None, :] * R * p).sum()) == pytest.approx(1.0, abs=1e-4)
+    s = torch.tensor([[0.3, 0.4], [0.85, 0.2], [0.2, 0.9]], dtype=torch.float64)
+    for b in range(len(s)):
+        A, B = qd.arc_bounds(1 - s[b : b + 1], rho)
+        th, wth = _gauss_legendre(96, float(A) * math.pi / 2, float(B) * math.pi / 2)
+        y = s[b] + rho * torch.stack([torch.cos(th), torch.sin(th)], -1)
+        with torch.no_grad():
+            d = pf(s[b : b + 1].expand(96, 2))
+            arc = float((wth * rho * d.log_prob(y, torch.zeros(96, dtype=torch.bool)).double().exp()).sum())
+            exit_ = float(d.log_prob(s[b : b + 1].expand(96, 2), torch.ones(96, dtype=torch.bool))[0].double().exp())
+        assert arc + exit_ == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_check_passes_with_jacobians_and_fails_eq15_without(rho):
+    """Monte Carlo checks (z = 5, false-failure rate ~6e-7 per row); without Jacobians P_F at s0 integrates to
+    int q(u) / |J(u)| du != 1 (e.g. 0.44 measured at rho = 0.25), far outside the Monte Carlo tolerance."""
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg(rho))
+    good = check_graph(g, *qd.make_policies(g, cfg(rho), "learned", hidden=32, n_layers=2), n=128)
+    assert good.passed, str(good)
+    torch.manual_seed(0)
+    bad = check_graph(g, *qd.make_policies(g, cfg(rho, jacobian=False), "learned", hidden=32, n_layers=2), n=128)
+    failed = {r.condition.split()[1] for r in bad.results if not r.passed}
+    assert failed == {"15", "16"}, str(bad)
+
+
+def test_without_jacobian_reports_zero():
+    chart = WithoutJacobian(ArcChart(0.25, lambda s: qd.arc_bounds(1 - s, 0.25)))
+    s, u = states(5), torch.full((5, 1), 0.5, dtype=torch.float64)
+    assert torch.equal(chart.log_abs_det_jacobian(s, u), torch.zeros(5, dtype=torch.float64))
+    assert torch.equal(chart.forward(s, u), chart.chart.forward(s, u))
+
+
+def test_reward_levels_and_partition_function():
+    """Midpoint rule on a 2000 x 2000 grid: every level boundary (0.1, 0.15, 0.25, ...) is a cell edge, so the rule is
+    exact up to float64 summation (~1e-12); tolerance 1e-9."""
+    c = (torch.arange(2000, dtype=torch.float64) + 0.5) / 2000
+    x = torch.cartesian_prod(c, c)
+    R = qd.log_reward(x).exp()
+    assert torch.allclose(R.unique(), torch.tensor([0.1, 0.6, 2.6], dtype=torch.float64))
+    assert float(R.mean()) == pytest.approx(0.305, abs=1e-9)
+    assert qd.LOG_Z == pytest.approx(math.log(0.305), abs=1e-12) and qd.REWARD_MAX == pytest.approx(float(R.max()))
+
+
+def test_rejection_sampler_is_exact_and_refuses_the_codes_bound():
+    """Fraction of rejection samples in the R2 squares: 4 * 0.01 * 2.6 / 0.305 = 0.341; with n = 20,000 its standard
+    error is 0.0034, tolerance 0.02 (~6 s.e.). The public code's bound 2.1 < max R must raise."""
+    gen = torch.Generator().manual_seed(0)
+    x = rejection_sample(qd.log_reward, torch.zeros(2), torch.ones(2), math.log(qd.REWARD_MAX), 20000, gen)
+    assert x.shape == (20000, 2)
+    assert float((qd.log_reward(x).exp() > 2).double().mean()) == pytest.approx(4 * 0.01 * 2.6 / 0.305, abs=0.02)
+    with pytest.raises(ValueError, match="above the bound"):
+        rejection_sample(qd.log_reward, torch.zeros(2), torch.ones(2), math.log(2.1), 1000, gen)
+
+
+def test_grid_jsd_and_kde():
+    g = torch.randn(50, dtype=torch.float64)
+    assert grid_jsd(g, g) == pytest.approx(0.0, abs=1e-12)
+    assert grid_jsd(g, 2 * g) == pytest.approx(grid_jsd(2 * g, g), abs=1e-12)
+    disjoint = torch.tensor([0.0, -math.inf]), torch.tensor([-math.inf, 0.0])
+    assert grid_jsd(*disjoint) == pytest.approx(math.log(2), abs=1e-12)
+    pts = torch.rand(300, 2, dtype=torch.float64)
+    y = torch.rand(40, 2, dtype=torch.float64)
+    brute = torch.logsumexp(-torch.linalg.vector_norm(y[:, None] - pts[None], dim=-1) / 0.1, 1)
+    assert torch.allclose(kde_log_density(pts, y, 0.1, chunk=7), brute, atol=1e-3)  # float32 matrix-product distances
+
+
+def test_edge_clamp_keeps_sampled_densities_finite():
+    """With every concentration at its floor 0.1, Beta samples fall within float round-off of 0 and 1; the clamp
+    of BetaHead/BetaMixtureHead keeps them in [1e-6, 1 - 1e-6] and every sampled transition's log-density finite."""
+    head = BetaMixtureHead(1, 2)
+    d = head(torch.full((5000, head.n_params), -30.0))  # sigmoid(-30) ~ 0: alpha = beta = 0.1
+    u = d.sample()
+    assert (u >= 1e-6).all() and (u <= 1 - 1e-6).all() and ((u == 1e-6) | (u == 1 - 1e-6)).any()
+    assert torch.isfinite(d.log_prob(u)).all()
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg())
+    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=16, n_layers=1)
+    with torch.no_grad():
+        for net in (pf.net, pb.net):
+            net[-1].weight.zero_()
+            net[-1].bias.fill_(-30.0)  # all logits equal, all concentrations 0.1
+    traj = sample_forward(g, pf, 512)
+    log_pf, log_pb = log_densities(traj, pf, pb)  # raises if any is non-finite
+    assert torch.isfinite(log_pf).all() and torch.isfinite(log_pb).all()
+
+
+def test_beta_mixture_density_integrates_to_one():
+    """96-node Gauss-Legendre on [0, 1]^2 of a 4-component mixture with concentrations in [1.1, 5.1] (smooth): error < 1e-6."""
+    head = BetaMixtureHead(2, 4, c_min=1.1, c_span=4.0)
+    d = head(torch.randn(1, head.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    t, w = _gauss_legendre(96, 0.0, 1.0)
+    u = torch.cartesian_prod(t, t)
+    val = (d.log_prob(u).exp() * (w[:, None] * w[None, :]).reshape(-1)).sum()
+    assert float(val) == pytest.approx(1.0, abs=1e-6)

@@ -1,0 +1,67 @@
+"""Smoke tests of `gflownet-measure run quarter-disc` and `quarter-disc-figure1` (tiny steps; DESIGN.md section 5 contract)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.cli import main
+
+CHECK_RUN_DIR = Path(__file__).resolve().parents[3] / "shared" / "tools" / "check_run_dir.py"
+TINY = ["steps=4", "eval_every=2", "eval_samples=200", "batch_size=16", "hidden=16", "n_layers=1"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)  # --threads 1 below sets it process-wide
+
+
+def check_contract(out: Path) -> None:
+    if CHECK_RUN_DIR.exists():
+        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout
+
+
+def test_run_writes_the_contract(tmp_path):
+    """One configuration not covered by the figure-1 test below (which runs every loss x P_B x rho)."""
+    out = tmp_path / "run"
+    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *TINY, "loss=tb", "backward=learned", "jacobian=false"]) == 0
+    check_contract(out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    # JSDs lie in [0, log 2]; log Z exact is log 0.305
+    assert all(0 <= metrics[k] <= np.log(2) for k in ("jsd_exact", "jsd_rejection", "jsd_floor"))
+    assert metrics["log_Z_exact"] == pytest.approx(np.log(0.305))
+    rows = [json.loads(r) for r in (out / "history.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4] and all("jsd_exact" in r for r in rows)
+    with np.load(out / "samples.npz") as z:
+        x = z["x"]
+    assert x.shape == (200, 2) and (x >= 0).all() and (x <= 1 + 1e-9).all()
+    assert {"jsd.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "loss=fm"], "loss='fm' is not allowed; valid: tb, db"),
+    (["--set", "backward=tied"], "valid: uniform, learned"),
+    (["--set", "rho=0.9"], "rho=0.9 is out of range"),
+    (["--set", "jacobian=maybe"], "jacobian='maybe' is not a valid bool"),
+])
+def test_bad_settings_are_one_line(argv, message, capsys, tmp_path):
+    assert main(["run", "quarter-disc", "--out", str(tmp_path / "r"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err
+
+
+def test_figure1_runs_every_configuration(tmp_path):
+    out = tmp_path / "fig"
+    assert main(["run", "quarter-disc-figure1", "--out", str(out), "--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]) == 0
+    check_contract(out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    names = [f"{l}-{b}-rho{r}" for r in (0.25, 0.1) for l in ("tb", "db") for b in ("uniform", "learned")]
+    assert all(f"jsd_exact/{n}/mean" in metrics for n in names)
+    assert {"figure1.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
+    assert all((out / n / "seed0" / "metrics.json").exists() for n in names)

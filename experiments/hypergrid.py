@@ -9,14 +9,11 @@ import torch
 from environments import hypergrid as env
 from gflownet_measure.config import Setting
 from gflownet_measure.exact import enumerate_states, terminating_distribution
-from gflownet_measure.losses import square
-from gflownet_measure.metrics import l1_distance, log_weights, log_z_bounds
+from gflownet_measure.metrics import l1_distance
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.policies import StateFlow
-from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, make_optimizer
 
-from .common import TRAINING_SETTINGS, make_scheduler
+from .common import TRAINING_SETTINGS, final_samples, train_gflownet
 from .plots import plot_grid_pair, plot_history
 from .registry import Experiment, register
 
@@ -43,16 +40,10 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     pf, pb = env.make_policies(graph, cfg, cfg["backward"], cfg["hidden"], cfg["n_layers"])
     log_F = StateFlow(graph.encode, cfg["ndim"] * cfg["height"], cfg["hidden"], cfg["n_layers"]) if cfg["loss"] in ("db", "subtb") else None
     gfn = GFlowNet(pf, pb, log_F)
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg["lr_flow"])
-    objective = OBJECTIVES[cfg["loss"]]
     states = enumerate_states(graph)
     log_R = graph.log_reward(states).double()
     target = torch.softmax(log_R, 0)
     log_Z_exact = float(torch.logsumexp(log_R, 0))
-
-    def step_fn(step: int):
-        traj = sample_forward(graph, pf, cfg["batch_size"], cfg["epsilon"])
-        return objective(gfn, graph, traj, cfg["subtb_lambda"], square)
 
     def learned_log_Z() -> float:
         """log Z of the objective's parametrisation: a free parameter, or the out-flow of s0 under flow matching."""
@@ -64,13 +55,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target), "log_Z": learned_log_Z()}
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
-    history = trainer.run(resume)
-
-    with torch.no_grad():
-        traj = sample_forward(graph, pf, cfg["eval_samples"])
-        w = log_weights(traj.log_R, *log_densities(traj, pf, pb), traj.mask)
-    lower, iw = log_z_bounds(w)
+    history = train_gflownet(gfn, graph, cfg, out, resume, evaluate, cfg["subtb_lambda"])
+    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     np.savez(out / "samples.npz", x=traj.terminal.numpy().astype(np.int64))
     p_T = terminating_distribution(graph, pf, states)
     l1 = l1_distance(p_T, target)

@@ -21,14 +21,13 @@ from torch import Tensor
 from environments import quarter_disc as env
 from gflownet_measure.config import Setting
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.losses import square
-from gflownet_measure.metrics import grid_jsd, kde_log_density, log_weights, log_z_bounds, rejection_sample
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
+from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
+from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.policies import Policy, StateFlow
-from gflownet_measure.rollout import log_densities, sample_backward, sample_forward
-from gflownet_measure.training import Trainer, make_optimizer, seed_everything
+from gflownet_measure.rollout import sample_backward, sample_forward
+from gflownet_measure.training import seed_everything
 
-from .common import TRAINING_SETTINGS, make_scheduler
+from .common import TRAINING_SETTINGS, final_samples, train_gflownet
 from .plots import plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, register
 
@@ -103,24 +102,13 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     pf, pb = env.make_policies(graph, cfg, cfg["backward"], cfg["hidden"], cfg["n_layers"])
     log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if cfg["loss"] == "db" else None
     gfn = GFlowNet(pf, pb, log_F)
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg["lr_flow"])
-    objective = OBJECTIVES[cfg["loss"]]
     ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
-
-    def step_fn(step: int):
-        traj = sample_forward(graph, pf, cfg["batch_size"], cfg["epsilon"])
-        return objective(gfn, graph, traj, 0.0, square)
 
     def evaluate() -> dict:
         return ref.jsd(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | {"log_Z": float(gfn.log_Z.detach())}
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
-    history = trainer.run(resume)
-
-    with torch.no_grad():
-        traj = sample_forward(graph, pf, cfg["eval_samples"])
-        w = log_weights(traj.log_R, *log_densities(traj, pf, pb), traj.mask)
-    lower, iw = log_z_bounds(w)
+    history = train_gflownet(gfn, graph, cfg, out, resume, evaluate)
+    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
     np.savez(out / "samples.npz", x=x.numpy())
     label = f"rho={cfg['rho']}, {cfg['loss']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")

@@ -11,7 +11,6 @@ import torch
 from torch import Tensor, nn
 
 from . import losses
-from .graph import PointedGraph
 from .policies import Policy
 from .rollout import log_densities
 from .trajectories import Trajectories

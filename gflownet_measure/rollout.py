@@ -43,7 +43,6 @@ def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
 
     Returned time-forward, in the same layout as :func:`sample_forward`.
     """
-    n = x.shape[0]
     cur = x.clone()
     done = graph.is_source(cur)
     seq = [cur]

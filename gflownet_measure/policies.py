@@ -12,6 +12,7 @@ w.r.t. :math:`\\kappa_b`.
 """
 from __future__ import annotations
 
+import functools
 from abc import abstractmethod
 from typing import Callable, Sequence
 
@@ -25,6 +26,10 @@ from .measures import Measure
 __all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp"]
 
 
+CoordinateFamily = Callable[[Tensor], Distribution]
+"""``rows [B] bool -> q_c(. | s_b)`` for the selected rows: a piece's coordinate densities, built only where needed."""
+
+
 class KernelDensity:
     """:math:`P(s_b, \\cdot)` for a batch of states: component logits plus coordinate densities.
 
@@ -32,12 +37,14 @@ class KernelDensity:
         measure: the reference measures :math:`\\kappa(s_b, \\cdot)`, ``B`` of them.
         logits: ``[B, K + C]`` unnormalised log-probabilities of the ``K`` atoms and ``C`` pieces
             (absent components are masked out). For flow matching they are log edge flows.
-        coords: one distribution per piece over its chart coordinates (batch ``[B]``, event ``[k]``).
+        coords: one :data:`CoordinateFamily` per piece: given a row mask, the distributions over the
+            chart coordinates of those rows (batch ``[rows]``, event ``[k]``). They are only built for
+            the rows that sample or are located on the piece.
     """
 
-    def __init__(self, measure: Measure, logits: Tensor, coords: Sequence[Distribution] = ()):
+    def __init__(self, measure: Measure, logits: Tensor, coords: Sequence[CoordinateFamily] = ()):
         if len(coords) != len(measure.pieces):
-            raise ValueError(f"KernelDensity needs one coordinate distribution per piece: {len(coords)} for {len(measure.pieces)} pieces")
+            raise ValueError(f"KernelDensity needs one coordinate family per piece: {len(coords)} for {len(measure.pieces)} pieces")
         mask = measure.component_mask()
         empty = ~mask.any(1)
         if empty.any():
@@ -45,10 +52,6 @@ class KernelDensity:
         self.measure, self.coords = measure, tuple(coords)
         self.logits = logits.masked_fill(~mask, float("-inf"))
         self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
-
-    def _piece_log_density(self, c: int, u: Tensor) -> Tensor:
-        p = self.measure.pieces[c]
-        return self.coords[c].log_prob(u) - p.chart.log_abs_det_jacobian(p.context, u)
 
     def sample(self, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
         """Draw :math:`x \\sim (1-\\epsilon) P(s, \\cdot) + \\epsilon U(s, \\cdot)` (``U``: :class:`UniformPolicy`).
@@ -58,27 +61,32 @@ class KernelDensity:
         """
         m = self.measure
         probs = self.log_probs.exp()
-        coords = list(self.coords)
+        explore = torch.zeros(m.batch, dtype=torch.bool, device=probs.device)
         if epsilon > 0:
             uniform = uniform_density(m)
             explore = torch.rand(m.batch, device=probs.device) < epsilon
             probs = torch.where(explore[:, None], uniform.log_probs.exp(), probs)
-            coords = [_RowMixture(explore, u, q) for u, q in zip(uniform.coords, coords)]
         comp = torch.multinomial(probs, 1)[:, 0]
         K = m.atoms.count
         rows = torch.arange(m.batch, device=comp.device)
         k = comp.clamp(max=max(K - 1, 0))
         x = m.atoms.x[rows, k] if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)
         sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
+        x = x.clone()
         for c, p in enumerate(m.pieces):
             chosen = comp == K + c
             if chosen.any():
-                u = coords[c].sample()
-                x = torch.where(chosen[:, None], p.chart.forward(p.context, u).to(x.dtype), x)
+                u = self.coords[c](chosen).sample()
+                if explore[chosen].any():
+                    u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
+                x[chosen] = p.chart.forward(p.context[chosen], u).to(x.dtype)
         return x, sink
 
     def log_prob(self, x: Tensor, sink: Tensor) -> Tensor:
-        """:math:`\\log \\frac{dP(s_b,\\cdot)}{d\\kappa(s_b,\\cdot)}(x_b)` ``[B]``; raises if ``x_b`` is outside the kernel's support."""
+        """:math:`\\log \\frac{dP(s_b,\\cdot)}{d\\kappa(s_b,\\cdot)}(x_b)` ``[B]``; raises if ``x_b`` is outside the kernel's support.
+
+        On piece ``c``: :math:`\\log \\pi_c + \\log q_c(u) - \\log|J_c(u)|` with :math:`u = \\varphi_c^{-1}(x)`.
+        """
         comp = self.measure.locate(x, sink)
         outside = comp < 0
         if outside.any():
@@ -93,8 +101,11 @@ class KernelDensity:
         for c, p in enumerate(self.measure.pieces):
             on = comp == K + c
             if on.any():
-                u = p.chart.inverse(p.context, x)
-                out = torch.where(on, out + self._piece_log_density(c, u), out)
+                ctx = p.context[on]
+                u = p.chart.inverse(ctx, x[on])
+                density = torch.zeros_like(out)
+                density[on] = (self.coords[c](on).log_prob(u) - p.chart.log_abs_det_jacobian(ctx, u)).to(out.dtype)
+                out = out + density
         return out
 
     def log_flow(self, x: Tensor, sink: Tensor) -> Tensor:
@@ -105,16 +116,13 @@ class KernelDensity:
         return self.logits[torch.arange(len(comp)), comp]
 
 
-class _RowMixture(Distribution):
-    """Per-row choice between two coordinate distributions (exploration); sampling only."""
+def _uniform_rows(low: Tensor, high: Tensor, rows: Tensor) -> Distribution:
+    n = int(rows.sum())
+    return Independent(Uniform(low.expand(n, -1), high.expand(n, -1), validate_args=False), 1)
 
-    def __init__(self, pick_first: Tensor, first: Distribution, second: Distribution):
-        self.pick, self.first, self.second = pick_first, first, second
-        super().__init__(batch_shape=first.batch_shape, event_shape=first.event_shape, validate_args=False)
 
-    def sample(self, sample_shape=torch.Size()):
-        a, b = self.first.sample(sample_shape), self.second.sample(sample_shape)
-        return torch.where(self.pick[:, None], a.to(b.dtype), b)
+def _head_rows(head: nn.Module, raw: Tensor, rows: Tensor) -> Distribution:
+    return head(raw[rows])
 
 
 def uniform_density(measure: Measure) -> KernelDensity:
@@ -129,9 +137,7 @@ def uniform_density(measure: Measure) -> KernelDensity:
     for p in measure.pieces:
         if not p.chart.domain.bounded:
             raise ValueError("a uniform policy needs bounded chart domains")
-        lo = torch.as_tensor(p.chart.domain.low, dtype=p.context.dtype).expand(measure.batch, -1)
-        hi = torch.as_tensor(p.chart.domain.high, dtype=p.context.dtype).expand(measure.batch, -1)
-        coords.append(Independent(Uniform(lo, hi, validate_args=False), 1))
+        coords.append(functools.partial(_uniform_rows, torch.as_tensor(p.chart.domain.low, dtype=p.context.dtype), torch.as_tensor(p.chart.domain.high, dtype=p.context.dtype)))
     logits = torch.zeros(measure.batch, measure.n_components, dtype=measure.atoms.log_mass.dtype)
     return KernelDensity(measure, logits, coords)
 
@@ -149,8 +155,8 @@ class Policy(nn.Module):
         return KernelDensity(m, logits, coords)
 
     @abstractmethod
-    def parameters_at(self, s: Tensor, measure: Measure) -> tuple[Tensor, list[Distribution]]:
-        """Component logits ``[B, K + C]`` and per-piece coordinate distributions at states ``s``."""
+    def parameters_at(self, s: Tensor, measure: Measure) -> tuple[Tensor, list[CoordinateFamily]]:
+        """Component logits ``[B, K + C]`` and one :data:`CoordinateFamily` per piece at states ``s``."""
 
 
 class UniformPolicy(Policy):
@@ -266,12 +272,14 @@ class MLPPolicy(Policy):
         self.net = mlp(n_in, hidden, n_layers, n_atoms + len(heads) + sum(h.n_params for h in heads))
 
     def parameters_at(self, s, measure):
+        if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
+            raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
         out = self.net(self.encode(s))
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
         coords = []
         for h in self.heads:
-            coords.append(h(rest[:, : h.n_params]))
+            coords.append(functools.partial(_head_rows, h, rest[:, : h.n_params]))
             rest = rest[:, h.n_params :]
         return logits, coords
 

@@ -4,7 +4,8 @@ usage: python benchmarks/quarter_disc_vs_torchgfn.py [--iterations 2000 | --quic
        [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
 
 Both sides train the same problem with the same settings: step rho = 0.25 (torchgfn's ``delta``), TB,
-learned P_B (a separate MLP on each side, not tied to P_F), Beta-mixture policies with 4 components at s0
+learned P_B tied to the P_F torso on both sides (the paper's "learned P_B"; torchgfn's ``trunk`` sharing, whose
+own head is the only extra P_B parameter group, as the tutorial's tied option), Beta-mixture policies with 4 components at s0
 and 2 elsewhere, concentrations in [0.1, 5.1], MLPs of 4 Linear+ELU blocks of width 128, batch 128,
 Adam at lr 1e-3 for the policies and for log Z (the paper's and the tutorial's defaults), the
 learning rate halved every 2,500 iterations, and the same number of iterations. torchgfn is driven
@@ -111,7 +112,7 @@ def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
 
 
 def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
-    """torchgfn's BoxPolar, driven through its public API as train_box_legacy.py does (TB, untied learned P_B)."""
+    """torchgfn's BoxPolar, driven through its public API as train_box_legacy.py does (TB, learned P_B tied to the P_F trunk)."""
     import gfn as torchgfn
     from gfn.gflownet import TBGFlowNet
     from gfn.gym import BoxPolar
@@ -122,14 +123,14 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
     set_seed(a.seed)
     env = BoxPolar(delta=RHO, epsilon=1e-10, device="cpu", debug=a.torchgfn_debug)
     pf_module = BoxPFMLP(hidden_dim=HIDDEN, n_hidden_layers=N_LAYERS, n_components=N_COMPONENTS, n_components_s0=N_COMPONENTS_S0)
-    pb_module = BoxPBMLP(hidden_dim=HIDDEN, n_hidden_layers=N_LAYERS, n_components=N_COMPONENTS, trunk=None)
+    pb_module = BoxPBMLP(hidden_dim=HIDDEN, n_hidden_layers=N_LAYERS, n_components=N_COMPONENTS, trunk=pf_module.trunk)
     pf = BoxPFEstimator(env, pf_module, n_components_s0=N_COMPONENTS_S0, n_components=N_COMPONENTS, min_concentration=C_MIN, max_concentration=C_MAX)
     pb = BoxPBEstimator(env, pb_module, n_components=N_COMPONENTS, min_concentration=C_MIN, max_concentration=C_MAX)
     gflownet = TBGFlowNet(pf=pf, pb=pb)
     sampler = Sampler(estimator=pf)
     log_z = dict(gflownet.named_parameters())["logZ"]
     optimizer = torch.optim.Adam(pf_module.parameters(), lr=LR)
-    optimizer.add_param_group({"params": pb_module.parameters(), "lr": LR})
+    optimizer.add_param_group({"params": pb_module.last_layer.parameters(), "lr": LR})  # the trunk is P_F's
     optimizer.add_param_group({"params": [log_z], "lr": LR_LOGZ})
     milestones = [i * MILESTONE for i in range(1, 1 + a.iterations // MILESTONE)]
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=GAMMA)
@@ -201,7 +202,7 @@ def main() -> None:
     from experiments.quarter_disc import Reference
     from gflownet_measure.metrics import grid_jsd
 
-    print(f"quarter disc vs torchgfn BoxPolar: rho={RHO}, TB, learned P_B (separate MLP), batch {BATCH}, {a.iterations} iterations, "
+    print(f"quarter disc vs torchgfn BoxPolar: rho={RHO}, TB, learned P_B (tied to the P_F torso), batch {BATCH}, {a.iterations} iterations, "
           f"Adam lr {LR} (log Z {LR_LOGZ}), seed {a.seed}, {a.samples} samples per sampler", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         theirs = _run_side("torchgfn", a.torchgfn_python, a, Path(tmp))

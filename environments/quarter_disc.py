@@ -132,17 +132,17 @@ def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hid
     P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
     input layer plus 3 hidden blocks is ``n_layers = 4``) with logits ``[sink, polar, arc]``, a
     ``n_components_s0``-mixture of products of two Betas over the polar coordinates (radius and angle
-    fractions; the torso evaluated at s0 replaces the code's free parameters) and a
+    fractions; at s0 the raw outputs are free parameters, as in the public code) and a
     ``n_components``-mixture of Betas over the arc coordinate. At ``s != s0`` the softmax over
     ``[sink, arc]`` is the exit probability. P_B: uniform in angle on the backward arc (an exact
-    density w.r.t. arclength), or ``learned``: a separate MLP of the same shape with a Beta mixture
-    (the code's ``learnable`` option; its ``tied`` variant shares the P_F torso). Concentrations in
+    density w.r.t. arclength), or ``learned``: its own output layer and Beta mixture on the P_F torso
+    (the code's ``tied`` option, the paper's "learned P_B"). Concentrations in
     ``[0.1, 5.1]``. With ``cfg["jacobian"]`` false both are built on kernels whose charts drop the Jacobian.
     """
     rho, jac = cfg["rho"], cfg["jacobian"]
     pf_heads = [BetaMixtureHead(2, n_components_s0), BetaMixtureHead(1, n_components)]
-    pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers)
+    pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers, source=graph.source)
     kappa_b = QuarterDiscKernel(rho, False, jac)
     if backward == "uniform":
         return pf, UniformPolicy(kappa_b)
-    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components)], hidden=hidden, n_layers=n_layers)
+    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components)], shared_torso=pf.torso)

@@ -23,7 +23,7 @@ from torch.distributions import Beta, Categorical, Distribution, Independent, Mi
 from .kernels import Kernel
 from .measures import Measure
 
-__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp"]
+__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp", "torso"]
 
 
 CoordinateFamily = Callable[[Tensor], Distribution]
@@ -170,13 +170,25 @@ class UniformPolicy(Policy):
         return d.logits, list(d.coords)
 
 
-def mlp(n_in: int, hidden: int, n_layers: int, n_out: int, act=nn.ELU) -> nn.Sequential:
-    """``n_layers`` Linear+activation blocks of width ``hidden``, then a linear head (``n_layers = 0``: linear)."""
+def torso(n_in: int, hidden: int, n_layers: int, act=nn.ELU) -> nn.Sequential:
+    """``n_layers`` Linear+activation blocks of width ``hidden`` (empty for ``n_layers = 0``)."""
     layers, width = [], n_in
     for _ in range(n_layers):
         layers += [nn.Linear(width, hidden), act()]
         width = hidden
-    return nn.Sequential(*layers, nn.Linear(width, n_out))
+    return nn.Sequential(*layers)
+
+
+def _width(body: nn.Sequential, n_in: int) -> int:
+    """Output width of a torso: its last Linear's, or the input's when it has none."""
+    linears = [m for m in body if isinstance(m, nn.Linear)]
+    return linears[-1].out_features if linears else n_in
+
+
+def mlp(n_in: int, hidden: int, n_layers: int, n_out: int, act=nn.ELU) -> nn.Sequential:
+    """A :func:`torso` then a linear head of ``n_out`` (``n_layers = 0``: linear)."""
+    body = torso(n_in, hidden, n_layers, act)
+    return nn.Sequential(*body, nn.Linear(_width(body, n_in), n_out))
 
 
 class _EdgeClamped(Distribution):
@@ -255,7 +267,7 @@ class BetaMixtureHead(BetaHead):
 
 
 class MLPPolicy(Policy):
-    """An MLP on ``encode(s)`` giving atom and piece logits, then one head per piece.
+    """A torso on ``encode(s)`` and a linear layer giving atom and piece logits, then one head per piece.
 
     Args:
         kernel: the reference kernel the density is taken against.
@@ -263,18 +275,30 @@ class MLPPolicy(Policy):
         n_in: ``F``.
         n_atoms: number of atom slots ``K`` the kernel returns (fixed per space).
         heads: one coordinate head per piece (``n_params`` raw outputs -> Distribution).
+        hidden, n_layers: the torso's width and number of Linear+ELU blocks.
+        shared_torso: another policy's torso to use instead of a new one (e.g. a learned P_B tied
+            to P_F, Lahlou et al. 2023 section 4.1); its parameters are then trained by both.
+        source: when given, the raw outputs at this state are free parameters (initialised to 0)
+            instead of the network's, as the public quarter-disc code does at :math:`s_0`.
     """
 
-    def __init__(self, kernel: Kernel, encode: Callable[[Tensor], Tensor], n_in: int, n_atoms: int, heads: Sequence[nn.Module] = (), hidden: int = 128, n_layers: int = 2):
+    def __init__(self, kernel: Kernel, encode: Callable[[Tensor], Tensor], n_in: int, n_atoms: int, heads: Sequence[nn.Module] = (), hidden: int = 128, n_layers: int = 2, shared_torso: nn.Sequential | None = None, source: Tensor | None = None):
         super().__init__(kernel)
         self.encode, self.n_atoms = encode, n_atoms
         self.heads = nn.ModuleList(heads)
-        self.net = mlp(n_in, hidden, n_layers, n_atoms + len(heads) + sum(h.n_params for h in heads))
+        n_out = n_atoms + len(heads) + sum(h.n_params for h in heads)
+        self.torso = shared_torso if shared_torso is not None else torso(n_in, hidden, n_layers)
+        self.out = nn.Linear(_width(self.torso, n_in), n_out)
+        self.register_buffer("source", source)
+        self.source_out = nn.Parameter(torch.zeros(n_out)) if source is not None else None
 
     def parameters_at(self, s, measure):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
-        out = self.net(self.encode(s))
+        out = self.out(self.torso(self.encode(s)))
+        if self.source is not None:
+            at_source = (s == self.source.to(s.dtype)).all(1)
+            out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
         coords = []

@@ -60,7 +60,7 @@ def test_non_finite_policy_density_is_reported(grid):
     g, pf, pb = grid
     traj = sample_forward(g, pf, 4)
     with torch.no_grad():
-        pf.net[-1].bias.fill_(float("nan"))
+        pf.out.bias.fill_(float("nan"))
     with pytest.raises(ValueError, match="log P_F is not finite"):
         log_densities(traj, pf, pb)
 

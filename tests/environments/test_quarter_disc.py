@@ -216,9 +216,10 @@ def test_edge_clamp_keeps_sampled_densities_finite():
     g = qd.make_graph(cfg())
     pf, pb = qd.make_policies(g, cfg(), "learned", hidden=16, n_layers=1)
     with torch.no_grad():
-        for net in (pf.net, pb.net):
-            net[-1].weight.zero_()
-            net[-1].bias.fill_(-30.0)  # all logits equal, all concentrations 0.1
+        for out in (pf.out, pb.out):
+            out.weight.zero_()
+            out.bias.fill_(-30.0)  # all logits equal, all concentrations 0.1
+        pf.source_out.fill_(-30.0)  # the free parameters at s0 too
     traj = sample_forward(g, pf, 512)
     log_pf, log_pb = log_densities(traj, pf, pb)  # raises if any is non-finite
     assert torch.isfinite(log_pf).all() and torch.isfinite(log_pb).all()

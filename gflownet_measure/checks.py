@@ -25,7 +25,7 @@ from torch import Tensor
 
 from .exact import index_of
 from .graph import PointedGraph
-from .measures import Measure, WeightedPoints
+from .measures import WeightedPoints
 from .policies import Policy, UniformPolicy
 from .rollout import sample_backward, sample_forward
 
@@ -88,8 +88,10 @@ def _tolerance(var: Tensor, scale: Tensor, method: str, rtol: float = EXACT_RTOL
     return Z_SCORE * var.clamp(min=0).sqrt() + rtol * (1 + scale)
 
 
-def _nodes(measure: Measure, n: int, method: str) -> WeightedPoints:
-    return measure.weighted_points(n, method)
+def _nu_states(graph: PointedGraph, n: int, method: str) -> Tensor:
+    """``[M, D]`` float32: the atoms of :math:`\\nu` and ``n`` nodes per piece (the states the kernel checks run on)."""
+    nodes = graph.nu.weighted_points(n, method)
+    return nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()
 
 
 def _test_function(graph: PointedGraph, gen: torch.Generator):
@@ -110,13 +112,13 @@ def _test_function(graph: PointedGraph, gen: torch.Generator):
 
 def _pair_integral(outer: WeightedPoints, kernel, f, swap: bool, n: int, method: str) -> tuple[float, float, float]:
     """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`); estimate, variance, scale."""
-    s = outer.x[0][outer.mask[0] & ~outer.sink[0]]
-    inner = _nodes(kernel(s), n, method)
+    keep = outer.mask[0] & ~outer.sink[0]
+    s = outer.x[0][keep]
+    inner = kernel(s).weighted_points(n, method)
     outer_s = s[:, None].expand_as(inner.x)
     x = torch.where(inner.mask[..., None], inner.x, outer_s)  # absent atoms may hold invalid states
     v = f(x, outer_s, torch.zeros_like(inner.sink)) if swap else f(outer_s, x, inner.sink)
     est, var = integrate(inner, v)
-    keep = outer.mask[0] & ~outer.sink[0]
     sub = WeightedPoints(outer.x[:, keep], outer.sink[:, keep], outer.log_w[:, keep], outer.mask[:, keep], outer.component[keep], outer.n_atoms)
     e, vv = integrate(sub, est[None], var[None])
     scale = integrate(sub, integrate(inner, v.abs())[0][None])[0]
@@ -125,8 +127,8 @@ def _pair_integral(outer: WeightedPoints, kernel, f, swap: bool, n: int, method:
 
 def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:
     """eq. 4: :math:`\\int f\\, d(\\nu\\otimes\\kappa) = \\int f(s, s')\\, \\nu(ds')\\kappa_b(s', ds)` for random ``f``, sink pairs included."""
-    nu = _nodes(graph.nu, n, method)
-    terminal = _nodes(graph.terminal, n, method)
+    nu = graph.nu.weighted_points(n, method)
+    terminal = graph.terminal.weighted_points(n, method)
     worst, worst_tol, worst_ratio = 0.0, 0.0, -1.0
     for _ in range(n_functions):
         f = _test_function(graph, gen)
@@ -160,8 +162,7 @@ def check_reachability(graph: PointedGraph, n: int, method: str, pb: Policy | No
             seen |= frontier
         missing = int((~seen).sum())
         return CheckResult("eq. 1  reachability", missing, 0, missing == 0, f"{missing} of {len(states)} states unreachable from s0 (exact search)")
-    nodes = _nodes(graph.nu, n, "mc")
-    x = nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()
+    x = _nu_states(graph, n, "mc")
     try:
         sample_backward(graph, _walk_policy(graph.kappa_b, pb), x)
         failed = 0
@@ -173,8 +174,7 @@ def check_reachability(graph: PointedGraph, n: int, method: str, pb: Policy | No
 
 def check_absorbing_sink(graph: PointedGraph, n: int, method: str) -> CheckResult:
     """eq. 2: :math:`\\kappa(\\bot, \\cdot) = \\delta_\\bot`, i.e. no state lists the sink among its parents."""
-    nodes = _nodes(graph.nu, n, method)
-    a = graph.kappa_b(nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()).atoms
+    a = graph.kappa_b(_nu_states(graph, n, method)).atoms
     bad = int((a.sink & a.mask).any(1).sum())
     return CheckResult("eq. 2  absorbing sink", bad, 0, bad == 0, f"{bad} states have the sink as a parent")
 
@@ -187,8 +187,7 @@ def check_source_has_no_parent(graph: PointedGraph) -> CheckResult:
 
 def check_sink_mass(graph: PointedGraph, n: int, method: str) -> CheckResult:
     """eq. 6: :math:`\\kappa(s, \\{\\bot\\}) \\in \\{0, 1\\}` for every state."""
-    nodes = _nodes(graph.nu, n, method)
-    a = graph.kappa(nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()).atoms
+    a = graph.kappa(_nu_states(graph, n, method)).atoms
     mass = torch.where(a.sink & a.mask, a.log_mass.double().exp(), torch.zeros_like(a.log_mass, dtype=torch.float64)).sum(1)
     err = float(torch.minimum(mass, (mass - 1).abs()).max()) if len(mass) else 0.0
     return CheckResult("eq. 6  kappa(s, {sink}) in {0, 1}", err, 1e-9, err <= 1e-9, "max distance of the sink mass to {0, 1}")
@@ -219,8 +218,7 @@ def check_finite_absorption(graph: PointedGraph, n: int, pf: Policy | None) -> C
 
 def check_normalised(graph: PointedGraph, policy: Policy, backward: bool, n: int, method: str) -> CheckResult:
     """eq. 15-16: :math:`\\int P(s, dx) = \\int p(s, x)\\, \\kappa(s, dx) = 1` at states drawn from :math:`\\nu`."""
-    nodes = _nodes(graph.nu, n, method)
-    s = nodes.x[0][nodes.mask[0] & ~nodes.sink[0]].float()
+    s = _nu_states(graph, n, method)
     kernel = graph.kappa_b if backward else graph.kappa
     s = s[~kernel(s).is_zero()]
     with torch.no_grad():

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels"]
+__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels"]
 
 
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
@@ -76,6 +76,21 @@ def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, 
         im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal")
         ax.set_title(name, fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, float], samples: dict[str, np.ndarray], path: Path, title: str, max_points: int = 2000) -> None:
+    """One panel per sample set ``[K, 2]``: the points over the target's density image ``[nx, ny]`` on ``extent``."""
+    fig, axes = plt.subplots(1, len(samples), figsize=(4.2 * len(samples), 4), squeeze=False)
+    for ax, (name, x) in zip(axes[0], samples.items()):
+        ax.imshow(np.asarray(density).T, origin="lower", extent=extent, cmap="Greys", aspect="equal")
+        ax.scatter(x[:max_points, 0], x[:max_points, 1], s=2, alpha=0.5, color="tab:red")
+        ax.set_xlim(extent[0], extent[1])
+        ax.set_ylim(extent[2], extent[3])
+        ax.set_title(name, fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean"]
+__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "reverse_kl", "reverse_kl_iw", "forward_kl_iw"]
 
 
 def square(r: Tensor) -> Tensor:
@@ -95,3 +95,44 @@ def fm_residual(log_in: Tensor, in_mask: Tensor, log_out: Tensor, out_mask: Tens
 def rm_residual(log_flow_to_sink: Tensor, log_R: Tensor) -> Tensor:
     """Reward matching at a terminable state: :math:`\\log F(x \\to \\bot) - \\log R(x)`, ``[B]``."""
     return log_flow_to_sink - log_R
+
+
+# --- Divergences between path measures (Lahlou et al. 2023, section 4.2, Table 2) --------------------------
+# With w(tau) = log R(x) + sum_t log P_B - sum_t log P_F (``[B]``; see metrics.log_weights) and the target
+# path measure P*(tau) = R(x) P_B(tau | x) / Z, KL(P_F || P*) = E_{P_F}[-w] + log Z.
+
+
+def reverse_kl(log_w: Tensor) -> Tensor:
+    """:math:`\\mathrm{KL}(P_F \\| P^*) - \\log Z \\approx -\\frac1B \\sum_b w_b` on *reparametrised* trajectories of :math:`P_F`.
+
+    The gradient flows through the sampled states (path-wise, as PIS, Zhang & Chen 2022).
+    """
+    return -log_w.mean()
+
+
+def reverse_kl_iw(log_pf: Tensor, log_q: Tensor, log_w: Tensor) -> Tensor:
+    """A surrogate whose gradient is the importance-weighted score-function gradient of :math:`\\mathrm{KL}(P_F \\| P^*)`.
+
+    .. math:: \\nabla_\\theta \\mathrm{KL} = \\mathbb E_q\\Big[\\tfrac{P_F}{q} (-w - b)\\, \\nabla_\\theta \\log P_F\\Big]
+       \\approx \\sum_b \\hat\\rho_b (-w_b - b)\\, \\nabla_\\theta \\log P_F(\\tau_b)
+
+    for trajectories from a behaviour policy ``q``; :math:`\\hat\\rho = \\mathrm{softmax}(\\log P_F - \\log q)`
+    (self-normalised) and the baseline :math:`b = -\\sum_b \\hat\\rho_b w_b` (valid since
+    :math:`\\mathbb E_{P_F}[\\nabla \\log P_F] = 0`). ``log_pf`` and ``log_q`` are per-trajectory sums ``[B]``.
+    """
+    rho = torch.softmax((log_pf - log_q).detach(), 0)
+    f = -log_w.detach()
+    return (rho * (f - (rho * f).sum()) * log_pf).sum()
+
+
+def forward_kl_iw(log_pf: Tensor, log_q: Tensor, log_w: Tensor) -> Tensor:
+    """:math:`\\mathrm{KL}(P^* \\| P_F)` up to a constant, by self-normalised importance weighting of ``q``-trajectories.
+
+    .. math:: -\\sum_b \\hat\\omega_b \\log P_F(\\tau_b),\\qquad
+       \\hat\\omega = \\mathrm{softmax}\\big(w + \\log P_F - \\log q\\big) = \\mathrm{softmax}(\\log R + \\log P_B - \\log q)
+
+    With exact target samples and backward paths, :math:`q = P^*` and the weights are uniform
+    (maximum likelihood). ``log_pf``, ``log_q`` and ``log_w`` are per-trajectory ``[B]``.
+    """
+    omega = torch.softmax((log_w + log_pf - log_q).detach(), 0)
+    return -(omega * log_pf).sum()

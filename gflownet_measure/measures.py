@@ -206,21 +206,40 @@ class Measure:
         first = hit.to(torch.int8).argmax(1)
         return torch.where(hit.any(1), first, torch.full_like(first, -1))
 
-    def weighted_points(self, n: int = 256, method: str = "mc", generator=None) -> WeightedPoints:
-        """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``."""
+    def weighted_points(self, n: int = 256, method: str = "mc", generator=None, proposals: dict | None = None) -> WeightedPoints:
+        """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``
+        (Monte Carlo nodes drawn independently for each measure, quadrature nodes shared).
+
+        ``proposals`` maps a piece index to ``(loc, scale)`` ``[B, k]`` each: that piece's ``n`` nodes are then
+        drawn per measure from :math:`\\mathcal N(\\text{loc}_b, \\text{diag}(\\text{scale}_b^2))` in chart coordinates
+        and weighted by the inverse proposal density (unbiased importance sampling wherever the
+        proposal is positive; unbounded domains only).
+        """
         a = self.atoms
         B, K = a.mask.shape
         xs, sinks, lws, masks = [a.x.double()], [a.sink], [a.log_mass.double()], [a.mask]
         comp = [torch.arange(K)]
         for c, p in enumerate(self.pieces):
-            u, lw = p.chart.domain.weighted_points(n, method, generator=generator)  # [M, k], [M]
-            M = u.shape[0]
+            if proposals and c in proposals:
+                if p.chart.domain.bounded or method != "mc":
+                    raise ValueError("Gaussian proposals are for Monte Carlo on unbounded chart domains")
+                loc, scale = (v.double() for v in proposals[c])
+                z = torch.randn(B, n, loc.shape[1], dtype=torch.float64, generator=generator)
+                u = loc[:, None] + scale[:, None] * z  # [B, M, k]
+                lw = (0.5 * z.square() + scale[:, None].log() + 0.5 * math.log(2 * math.pi)).sum(-1) - math.log(n)
+            elif method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
+                u1, lw1 = p.chart.domain.weighted_points(n * B, method, generator=generator)
+                u, lw = u1.reshape(B, n, -1), lw1.reshape(B, n) + math.log(B)
+            else:
+                u1, lw1 = p.chart.domain.weighted_points(n, method, generator=generator)  # [M, k], [M]
+                u, lw = u1[None].expand(B, -1, -1), lw1[None].expand(B, -1)
+            M = u.shape[1]
             ctx = p.context.double()[:, None, :].expand(B, M, -1).reshape(B * M, -1)
-            ub = u[None].expand(B, M, -1).reshape(B * M, -1)
+            ub = u.reshape(B * M, -1)
             x = p.chart.forward(ctx, ub)
             lj = p.chart.log_abs_det_jacobian(ctx, ub)
             xs.append(x.reshape(B, M, -1))
-            lws.append(lw[None] + lj.reshape(B, M))
+            lws.append(lw + lj.reshape(B, M))
             sinks.append(torch.zeros(B, M, dtype=torch.bool))
             masks.append(p.mask[:, None].expand(B, M))
             comp.append(torch.full((M,), K + c))

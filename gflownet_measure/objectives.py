@@ -1,7 +1,11 @@
 """Training objectives: the losses of :mod:`gflownet_measure.losses` applied to a GFlowNet's modules.
 
-Each objective is a function ``(gfn, graph, traj, lam=0.9, penalty=square) -> loss`` registered in
-``OBJECTIVES``; none of them sees anything environment-specific.
+Each objective is a function ``(gfn, graph, traj, lam=0.9, penalty=square, scores=None) -> loss``
+registered in ``OBJECTIVES``; none of them sees anything environment-specific. ``scores`` are the
+log-densities a scored :func:`~gflownet_measure.rollout.rollout` recorded while sampling ``traj``
+(one policy call per step); without them the balance objectives evaluate the policies once on all
+transitions (:func:`~gflownet_measure.rollout.log_densities`). The divergences of section 4.2 need
+them: their importance weights use the behaviour density ``log q``.
 """
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from torch import Tensor, nn
 
 from . import losses
 from .policies import Policy
-from .rollout import log_densities
+from .rollout import Scores, log_densities
 from .trajectories import Trajectories
 
-__all__ = ["GFlowNet", "OBJECTIVES"]
+__all__ = ["GFlowNet", "OBJECTIVES", "DIVERGENCES"]
 
 
 class GFlowNet(nn.Module):
@@ -41,22 +45,48 @@ class GFlowNet(nn.Module):
         return torch.where(at_sink, traj.log_R[None].expand(T1, B), out)
 
 
-def _tb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
-    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+def _densities(gfn, traj, scores: Scores | None) -> tuple[Tensor, Tensor]:
+    return (scores.log_pf, scores.log_pb) if scores is not None else log_densities(traj, gfn.pf, gfn.pb)
+
+
+def _tb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
+    log_pf, log_pb = _densities(gfn, traj, scores)
     return penalty(losses.tb_residual(gfn.log_Z, log_pf, log_pb, traj.log_R, traj.mask)).mean()
 
 
-def _db(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
-    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+def _db(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
+    log_pf, log_pb = _densities(gfn, traj, scores)
     return losses.masked_mean(penalty(losses.db_residuals(gfn.flows(traj), log_pf, log_pb)), traj.mask)
 
 
-def _subtb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
-    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
+def _subtb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
+    log_pf, log_pb = _densities(gfn, traj, scores)
     return losses.subtb_loss(gfn.flows(traj), log_pf, log_pb, traj.length, lam, penalty)
 
 
-def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
+def _path_sums(traj, scores: Scores | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-trajectory :math:`\\log P_F`, :math:`\\log q` and :math:`w = \\log R + \\log P_B - \\log P_F` ``[B]``."""
+    if scores is None:
+        raise ValueError(f"the {name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...)")
+    m = traj.mask
+    log_pf, log_pb, log_q = ((v * m).sum(0) for v in scores)
+    return log_pf, log_q, traj.log_R + log_pb - log_pf
+
+
+def _reverse_kl(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
+    """Path-wise :math:`\\mathrm{KL}(P_F \\| P^*)` on reparametrised on-policy trajectories; score-function with importance weights otherwise."""
+    log_pf, log_q, log_w = _path_sums(traj, scores, "reverse_kl")
+    if traj.states.requires_grad:
+        return losses.reverse_kl(log_w)
+    return losses.reverse_kl_iw(log_pf, log_q, log_w)
+
+
+def _forward_kl(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
+    log_pf, log_q, log_w = _path_sums(traj, scores, "forward_kl")
+    return losses.forward_kl_iw(log_pf, log_q, log_w)
+
+
+def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
     """Flow matching at every visited state plus reward matching at its sink edge; the logits of P_F are log edge flows."""
     s = traj.states[~traj.sink]  # visited states, s0 included
     out = gfn.pf(s)
@@ -78,3 +108,6 @@ def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square):
 
 
 OBJECTIVES: dict[str, Callable[..., Tensor]] = {"tb": _tb, "db": _db, "subtb": _subtb, "fm": _fm}
+"""The balance conditions of Definition 7: zero exactly at a solution."""
+DIVERGENCES: dict[str, Callable[..., Tensor]] = {"reverse_kl": _reverse_kl, "forward_kl": _forward_kl}
+"""Divergences between the forward and the target path measures (section 4.2): minimised, not zero, at a solution."""

@@ -14,16 +14,24 @@ from __future__ import annotations
 
 import functools
 from abc import abstractmethod
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Beta, Categorical, Distribution, Independent, MixtureSameFamily, Uniform
+from torch.distributions import Beta, Categorical, Distribution, Independent, MixtureSameFamily, Normal, Uniform
 
 from .kernels import Kernel
 from .measures import Measure
 
-__all__ = ["KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp", "torso"]
+__all__ = ["Draw", "KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp", "torso"]
+
+
+class Draw(NamedTuple):
+    """Where a draw from a :class:`KernelDensity` landed: the component ``comp [B]`` (atom ``k`` or piece ``K + c``)
+    and, per piece, the chart coordinates ``u`` of the rows on it (in row order; ``None`` if none)."""
+
+    comp: Tensor
+    u: tuple
 
 
 CoordinateFamily = Callable[[Tensor], Distribution]
@@ -53,12 +61,21 @@ class KernelDensity:
         self.logits = logits.masked_fill(~mask, float("-inf"))
         self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
 
-    def sample(self, epsilon: float = 0.0) -> tuple[Tensor, Tensor]:
+    def sample(self, epsilon: float = 0.0, reparametrise: bool = False) -> tuple[Tensor, Tensor]:
         """Draw :math:`x \\sim (1-\\epsilon) P(s, \\cdot) + \\epsilon U(s, \\cdot)` (``U``: :class:`UniformPolicy`).
 
         Returns the next states ``x [B, D]`` (rows that chose the sink repeat nothing meaningful)
-        and ``sink [B]`` bool.
+        and ``sink [B]`` bool. With ``reparametrise`` the chart coordinates are drawn with
+        ``rsample`` so that ``x`` is differentiable in the policy's parameters (the choice of
+        component stays discrete); exploration then is not allowed.
         """
+        x, sink, _ = self.draw(epsilon, reparametrise)
+        return x, sink
+
+    def draw(self, epsilon: float = 0.0, reparametrise: bool = False) -> tuple[Tensor, Tensor, Draw]:
+        """:meth:`sample`, plus the :class:`Draw` (component and chart coordinates) it came from, for :meth:`log_prob_of`."""
+        if reparametrise and epsilon > 0:
+            raise ValueError("reparametrised sampling draws from the policy itself; epsilon must be 0")
         m = self.measure
         probs = self.log_probs.exp()
         explore = torch.zeros(m.batch, dtype=torch.bool, device=probs.device)
@@ -66,21 +83,36 @@ class KernelDensity:
             uniform = uniform_density(m)
             explore = torch.rand(m.batch, device=probs.device) < epsilon
             probs = torch.where(explore[:, None], uniform.log_probs.exp(), probs)
-        comp = torch.multinomial(probs, 1)[:, 0]
+        comp = torch.multinomial(probs.detach(), 1)[:, 0]
         K = m.atoms.count
         rows = torch.arange(m.batch, device=comp.device)
         k = comp.clamp(max=max(K - 1, 0))
         x = m.atoms.x[rows, k] if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)
         sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
-        x = x.clone()
+        x, us = x.clone(), []
         for c, p in enumerate(m.pieces):
             chosen = comp == K + c
+            u = None
             if chosen.any():
-                u = self.coords[c](chosen).sample()
+                q = self.coords[c](chosen)
+                u = q.rsample() if reparametrise else q.sample()
                 if explore[chosen].any():
                     u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
-                x[chosen] = p.chart.forward(p.context[chosen], u).to(x.dtype)
-        return x, sink
+                x = x.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(x.dtype))
+            us.append(u)
+        return x, sink, Draw(comp, tuple(us))
+
+    def widened(self, variance: float) -> "KernelDensity":
+        """The same density with ``variance`` added to every Gaussian coordinate density (off-policy exploration).
+
+        .. math:: q_c(u) = \\mathcal N(u; m, \\mathrm{diag}(v)) \\;\\to\\; \\mathcal N(u; m, \\mathrm{diag}(v + \\text{variance}))
+
+        in chart coordinates (Lahlou et al. 2023, section 4.2: the exploration noise of the SDE
+        samplers). The component probabilities are unchanged; raises on non-Gaussian coordinates.
+        """
+        if variance < 0:
+            raise ValueError(f"widened needs a non-negative extra variance, got {variance}")
+        return KernelDensity(self.measure, self.logits, [functools.partial(_widen_rows, c, variance) for c in self.coords])
 
     def log_prob(self, x: Tensor, sink: Tensor) -> Tensor:
         """:math:`\\log \\frac{dP(s_b,\\cdot)}{d\\kappa(s_b,\\cdot)}(x_b)` ``[B]``; raises if ``x_b`` is outside the kernel's support.
@@ -93,6 +125,13 @@ class KernelDensity:
             i = int(outside.nonzero()[0])
             raise ValueError(f"{int(outside.sum())} transitions lie outside the reference kernel's support (first: to {x[i].tolist()}, sink={bool(sink[i])})")
         K = self.measure.atoms.count
+        us = tuple(p.chart.inverse(p.context[comp == K + c], x[comp == K + c]) for c, p in enumerate(self.measure.pieces))
+        return self.log_prob_of(Draw(comp, us))
+
+    def log_prob_of(self, d: Draw) -> Tensor:
+        """The log-density ``[B]`` at the points a :class:`Draw` names (a draw of this density or of another on the same kernel), without locating them."""
+        comp = d.comp
+        K = self.measure.atoms.count
         rows = torch.arange(len(comp), device=comp.device)
         out = self.log_probs[rows, comp]
         if K:
@@ -101,11 +140,9 @@ class KernelDensity:
         for c, p in enumerate(self.measure.pieces):
             on = comp == K + c
             if on.any():
-                ctx = p.context[on]
-                u = p.chart.inverse(ctx, x[on])
-                density = torch.zeros_like(out)
-                density[on] = (self.coords[c](on).log_prob(u) - p.chart.log_abs_det_jacobian(ctx, u)).to(out.dtype)
-                out = out + density
+                u = d.u[c]
+                density = (self.coords[c](on).log_prob(u) - p.chart.log_abs_det_jacobian(p.context[on], u)).to(out.dtype)
+                out = out + torch.zeros_like(out).index_put((on.nonzero()[:, 0],), density)
         return out
 
     def log_flow(self, x: Tensor, sink: Tensor) -> Tensor:
@@ -114,6 +151,15 @@ class KernelDensity:
         if (comp < 0).any() or (comp >= self.measure.atoms.count).any():
             raise ValueError("log_flow is defined on atoms of the kernel only")
         return self.logits[torch.arange(len(comp)), comp]
+
+
+def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Distribution:
+    q = family(rows)
+    base = q.base_dist if isinstance(q, Independent) else q
+    if not isinstance(base, Normal):
+        raise ValueError(f"extra-variance exploration needs Gaussian coordinate densities, got {type(base).__name__}")
+    widened = Normal(base.loc, (base.scale.square() + variance).sqrt(), validate_args=False)
+    return Independent(widened, q.reinterpreted_batch_ndims) if isinstance(q, Independent) else widened
 
 
 def _uniform_rows(low: Tensor, high: Tensor, rows: Tensor) -> Distribution:

@@ -1,40 +1,97 @@
 """Batched rollouts: forward with exploration, backward from terminal states, and log-densities."""
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
 from .graph import PointedGraph
-from .policies import Policy
+from .policies import Policy, uniform_density
 from .trajectories import Trajectories
 
-__all__ = ["sample_forward", "sample_backward", "log_densities"]
+__all__ = ["Scores", "rollout", "sample_forward", "sample_backward", "log_densities"]
 
 
-@torch.no_grad()
-def sample_forward(graph: PointedGraph, pf: Policy, n: int, epsilon: float = 0.0) -> Trajectories:
-    """``n`` trajectories from :math:`s_0` with :math:`(1-\\epsilon) P_F + \\epsilon\\, U` until the sink.
+class Scores(NamedTuple):
+    """Log-densities of sampled transitions, ``[T, B]`` each (0 where masked).
 
-    One policy call per step on the still-active rows. Raises if a trajectory has not reached the
-    sink after ``graph.max_length`` steps (eq. 7 violated).
+    Attributes:
+        log_pf: :math:`\\log P_F(s_{t+1}|s_t)` w.r.t. kappa, under the policy being trained.
+        log_pb: :math:`\\log P_B(s_t|s_{t+1})` w.r.t. kappa_b (0 for the step into the sink).
+        log_q: the log-density of the behaviour policy the transitions were drawn from (equal to
+            ``log_pf`` on-policy), for importance weights :math:`P_F / q`.
+    """
+
+    log_pf: Tensor
+    log_pb: Tensor
+    log_q: Tensor
+
+
+def _check_finite(**named: Tensor) -> None:
+    for name, v in named.items():
+        if not torch.isfinite(v).all():
+            bad = ~torch.isfinite(v)
+            raise ValueError(f"{name} is not finite on {int(bad.sum())} sampled transitions (first value {v[bad][0].item()}); check the policy's density")
+
+
+def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, epsilon: float = 0.0, noise: float = 0.0, reparametrise: bool = False) -> tuple[Trajectories, Scores | None]:
+    """``n`` trajectories from :math:`s_0` until the sink, scored on the way when ``pb`` is given.
+
+    The behaviour policy is :math:`q = (1-\\epsilon) \\tilde P_F + \\epsilon U` with :math:`\\tilde P_F`
+    the policy with ``noise`` added to the variance of its Gaussian coordinates
+    (:meth:`~gflownet_measure.policies.KernelDensity.widened`). One call of ``pf`` per step gives the
+    sample, :math:`\\log P_F` (of the unperturbed policy, with gradients in its parameters) and
+    :math:`\\log q`; ``pb`` is called once per step on the new states. With ``reparametrise`` the
+    states themselves are differentiable (reverse-KL training, Lahlou et al. 2023 section 4.2), and so
+    is ``log_R``. Without ``pb`` nothing is scored (``Scores`` is ``None``).
+
+    Raises if a trajectory has not reached the sink after ``graph.max_length`` steps (eq. 7 violated)
+    or if a density is not finite on a sampled transition.
     """
     x = graph.source.expand(n, -1).clone()
     sink = torch.zeros(n, dtype=torch.bool)
-    states, sinks = [x], [sink]
+    states, sinks, lpf, lpb, lq = [x], [sink], [], [], []
     for _ in range(graph.max_length):
         active = ~sink
         if not active.any():
             break
-        nx, ns = pf(x[active]).sample(epsilon)
-        x, sink = x.clone(), sink.clone()
-        x[active] = torch.where(ns[:, None], x[active], nx.to(x.dtype))
-        sink[active] = ns
+        idx = active.nonzero()[:, 0]
+        s = x[active]
+        density = pf(s)
+        behaviour = density.widened(noise) if noise > 0 else density
+        nx, ns, drawn = behaviour.draw(epsilon, reparametrise)
+        if pb is not None:
+            log_pf = density.log_prob_of(drawn)
+            log_q = log_pf.detach() if behaviour is density else behaviour.log_prob_of(drawn).detach()
+            if epsilon > 0:
+                log_u = uniform_density(density.measure).log_prob_of(drawn).to(log_q.dtype)
+                log_q = torch.logaddexp(math.log1p(-epsilon) + log_q, math.log(epsilon) + log_u)
+            into = ~ns
+            log_pb = torch.zeros_like(log_pf)
+            if into.any():
+                log_pb = log_pb.index_put((into.nonzero()[:, 0],), pb(nx[into]).log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool)).to(log_pf.dtype))
+            _check_finite(**{"log P_F": log_pf, "log P_B": log_pb, "log q": log_q})
+            zero = torch.zeros(n, dtype=log_pf.dtype)
+            lpf.append(zero.index_put((idx,), log_pf))
+            lpb.append(zero.index_put((idx,), log_pb))
+            lq.append(zero.index_put((idx,), log_q))
+        x = x.index_put((idx,), torch.where(ns[:, None], s, nx.to(x.dtype)))
+        sink = sink.index_put((idx,), ns)
         states.append(x)
         sinks.append(sink)
     if not sink.all():
         raise RuntimeError(f"{graph.name}: {int((~sink).sum())} of {n} trajectories did not reach the sink within max_length={graph.max_length} steps (eq. 7)")
     traj = Trajectories(torch.stack(states), torch.stack(sinks), torch.zeros(n))
-    return traj._replace(log_R=graph.checked_log_reward(traj.terminal))
+    traj = traj._replace(log_R=graph.checked_log_reward(traj.terminal))
+    return traj, (Scores(torch.stack(lpf), torch.stack(lpb), torch.stack(lq)) if pb is not None else None)
+
+
+@torch.no_grad()
+def sample_forward(graph: PointedGraph, pf: Policy, n: int, epsilon: float = 0.0, noise: float = 0.0) -> Trajectories:
+    """``n`` trajectories from :math:`s_0` with the behaviour policy of :func:`rollout`, unscored."""
+    return rollout(graph, pf, n, epsilon=epsilon, noise=noise)[0]
 
 
 @torch.no_grad()
@@ -78,10 +135,7 @@ def log_densities(traj: Trajectories, pf: Policy, pb: Policy) -> tuple[Tensor, T
     lpf = pf(s).log_prob(nx, ns)
     into = ~ns
     lpb_into = pb(nx[into]).log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
-    for name, v in (("log P_F", lpf), ("log P_B", lpb_into)):
-        if not torch.isfinite(v).all():
-            bad = ~torch.isfinite(v)
-            raise ValueError(f"{name} is not finite on {int(bad.sum())} sampled transitions (first value {v[bad][0].item()}); check the policy's density")
+    _check_finite(**{"log P_F": lpf, "log P_B": lpb_into})
     log_pf = torch.zeros(mask.shape, dtype=lpf.dtype)
     log_pf[mask] = lpf
     lpb = torch.zeros(len(s), dtype=lpf.dtype)

@@ -33,13 +33,17 @@ class Chart(ABC):
     Attributes:
         domain: the coordinate box ``U``.
         slots: the state coordinates the chart writes; all others are copied from the anchor
-            state or set to ``fixed`` values (e.g. a stage flag), and are checked by ``contains``.
+            state, set to ``fixed`` values (e.g. a stage flag) or advanced by a constant (a clock),
+            and are checked by ``contains``.
         fixed: ``{coordinate: value}`` written into every image point.
+        advance: ``{coordinate: delta}``: the image point holds the anchor's value plus ``delta``
+            (the time step of an SDE state ``(x, t)``: +1 forward, -1 backward).
     """
 
     domain: Box
     slots: tuple[int, ...]
     fixed: dict[int, float]
+    advance: dict[int, float] = {}
 
     @abstractmethod
     def _embed(self, s: Tensor, u: Tensor) -> Tensor:
@@ -58,6 +62,8 @@ class Chart(ABC):
         x = s.clone()
         for i, v in self.fixed.items():
             x[:, i] = v
+        for i, v in self.advance.items():
+            x[:, i] = s[:, i] + v
         x[:, list(self.slots)] = self._embed(s, u).to(x.dtype)
         return x
 
@@ -67,17 +73,20 @@ class Chart(ABC):
 
     def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
         """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
-        keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed]
+        keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed and i not in self.advance]
         ok = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
         if keep:
             ok &= (x[:, keep] == s[:, keep]).all(1)
         for i, v in self.fixed.items():
             ok &= x[:, i] == v
+        for i, v in self.advance.items():
+            ok &= x[:, i] == s[:, i] + v
         u = self.inverse(s, x)
         lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
         hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
         ok &= ((u >= lo) & (u <= hi)).all(1)
-        ok &= (self._embed(s, u) - x[:, list(self.slots)]).abs().amax(1) <= atol * (1 + x[:, list(self.slots)].abs().amax(1))
+        y, anchor = x[:, list(self.slots)], s[:, list(self.slots)].to(x.dtype)
+        ok &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
         return ok
 
 
@@ -92,9 +101,9 @@ class AffineChart(Chart):
     unbounded ``U``) and angle increments on a torus.
     """
 
-    def __init__(self, domain: Box, slots, scale=1.0, relative: bool = False, period: float | None = None, fixed=None):
+    def __init__(self, domain: Box, slots, scale=1.0, relative: bool = False, period: float | None = None, fixed=None, advance=None):
         self.domain, self.slots, self.relative, self.period = domain, tuple(slots), relative, period
-        self.fixed = dict(fixed or {})
+        self.fixed, self.advance = dict(fixed or {}), dict(advance or {})
         k = domain.dim
         if len(self.slots) != k:
             raise ValueError(f"AffineChart writes {len(self.slots)} slots but its domain has dimension {k}")
@@ -201,7 +210,7 @@ class WithoutJacobian(Chart):
 
     def __init__(self, chart: Chart):
         self.chart = chart
-        self.domain, self.slots, self.fixed = chart.domain, chart.slots, chart.fixed
+        self.domain, self.slots, self.fixed, self.advance = chart.domain, chart.slots, chart.fixed, chart.advance
 
     def _embed(self, s, u):
         return self.chart._embed(s, u)

@@ -48,3 +48,23 @@ def test_policy_that_does_not_fit_its_kernel_is_a_clear_error(graph):
     pf = MLPPolicy(graph.kappa, graph.encode, 8, 2)  # the forward kernel has 3 atom slots (2 moves + sink)
     with pytest.raises(ValueError, match="2 atom logits and 0 heads, but its kernel returns 3 atom slots"):
         pf(torch.zeros(1, 2))
+
+
+def test_the_density_of_a_draw_is_the_density_at_its_point():
+    """``log_prob_of(draw)`` (no locating) equals ``log_prob(x)`` (locate, then invert the chart) on a space
+    with atoms and two kinds of charted pieces, with and without uniform exploration."""
+    from environments import quarter_disc
+    from gflownet_measure.config import resolve
+    from gflownet_measure.rollout import sample_forward
+
+    torch.manual_seed(0)
+    cfg = resolve(quarter_disc.SETTINGS, {})
+    g = quarter_disc.make_graph(cfg)
+    pf, _ = quarter_disc.make_policies(g, cfg, hidden=16, n_layers=1)
+    s = sample_forward(g, pf, 256).states[:3].flatten(0, 1)
+    s = s[~g.kappa(s).is_zero()]
+    with torch.no_grad():
+        d = pf(s)
+        for eps in (0.0, 0.5):
+            x, sink, drawn = d.draw(eps)
+            assert torch.allclose(d.log_prob_of(drawn), d.log_prob(x, sink), atol=1e-4)

@@ -12,6 +12,7 @@ from gflownet_measure.config import resolve
 SMALL_SETTINGS = {
     "hypergrid": st.fixed_dictionaries({"height": st.integers(2, 6), "ndim": st.integers(1, 3), "R0": st.floats(1e-4, 1.0), "R1": st.floats(0.0, 3.0), "R2": st.floats(0.0, 3.0)}),
     "quarter-disc": st.fixed_dictionaries({"rho": st.floats(0.1, 0.5), "jacobian": st.just(True)}),
+    "sde": st.fixed_dictionaries({"target": st.sampled_from(["gmm9", "funnel"]), "n_steps": st.integers(1, 6), "sigma": st.floats(0.5, 6.0), "learned_variance": st.booleans(), "langevin": st.booleans(), "hidden": st.just(16)}),
 }
 
 

@@ -1,0 +1,135 @@
+"""The SDE graph on R^n (Lahlou et al. 2023, section 4.2): exactness of the Brownian bridge, scored and
+reparametrised rollouts, exploration densities, targets and objectives."""
+import math
+
+import pytest
+import torch
+
+from environments import sde
+from environments.sde_targets import TARGETS
+from gflownet_measure.config import resolve
+from gflownet_measure.metrics import log_weights
+from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
+from gflownet_measure.rollout import log_densities, rollout
+
+
+def setup(**overrides):
+    cfg = resolve(sde.SETTINGS, {"hidden": 16} | overrides)
+    graph = sde.make_graph(cfg)
+    pf, pb = sde.make_policies(graph, cfg)
+    return cfg, graph, pf, pb
+
+
+@pytest.mark.parametrize("target", ["gmm9", "funnel"])
+def test_bridge_is_the_exact_backward_law_of_the_reference_process(target):
+    """With zero drift (the zero-initialised network) P_F(tau) = N(x; 0, sigma^2 I) P_B(tau | x) exactly, so
+    w = log R(x) - log N(x; 0, sigma^2 I) on every trajectory, whatever its path (float32 round-off over T steps)."""
+    torch.manual_seed(0)
+    cfg, graph, pf, pb = setup(target=target, n_steps=20)
+    traj, scores = rollout(graph, pf, 256, pb=pb)
+    w = log_weights(traj.log_R, scores.log_pf, scores.log_pb, traj.mask)
+    x = traj.terminal[:, :-1].double()
+    sigma = sde.sigma_of(cfg)
+    ref = -0.5 * (x / sigma).square().sum(1) - x.shape[1] * (math.log(sigma) + 0.5 * math.log(2 * math.pi))
+    assert torch.allclose(w.double(), traj.log_R.double() - ref, atol=2e-3)
+    # and the rollout's scores are the densities log_densities recomputes from the states
+    lpf, lpb = log_densities(traj, pf, pb)
+    assert torch.allclose(lpf, scores.log_pf, atol=1e-4) and torch.allclose(lpb, scores.log_pb, atol=1e-4)
+
+
+def test_trajectories_have_fixed_length_and_step_counter():
+    cfg, graph, pf, pb = setup(n_steps=7)
+    traj, _ = rollout(graph, pf, 32)
+    assert traj.states.shape == (9, 32, 3) and (traj.length == 8).all()
+    assert torch.equal(traj.states[:8, 0, -1], torch.arange(8.0))
+
+
+def test_reparametrised_rollout_carries_gradients_to_the_policy():
+    torch.manual_seed(1)
+    cfg, graph, pf, pb = setup(n_steps=5)
+    gfn = GFlowNet(pf, pb)
+    with torch.no_grad():  # a non-zero last layer so the drift depends on the parameters
+        pf.net.joint[-1].weight.normal_(0, 0.1)
+    traj, scores = rollout(graph, pf, 64, pb=pb, reparametrise=True)
+    assert traj.states.requires_grad and traj.log_R.requires_grad
+    loss = DIVERGENCES["reverse_kl"](gfn, graph, traj, scores=scores)
+    loss.backward()
+    assert pf.net.x_net[0].weight.grad.abs().sum() > 0  # only reachable through the sampled states
+
+
+def test_widened_exploration_is_scored_by_its_own_density():
+    """Off-policy steps come from q = N(m, v + noise): E_q[P_F / q] = 1 per step; the estimate is a mean of
+    64 x 5 iid ratios, within 5 standard errors."""
+    torch.manual_seed(2)
+    cfg, graph, pf, pb = setup(n_steps=5)
+    traj, scores = rollout(graph, pf, 4096, pb=pb, noise=0.5)
+    ratio = (scores.log_pf - scores.log_q)[:-1].exp()  # the last step (into the sink) is an atom: ratio 1
+    assert not torch.allclose(scores.log_pf, scores.log_q)
+    ratio = ratio.detach()
+    assert abs(float(ratio.mean()) - 1) < 5 * float(ratio.std()) / math.sqrt(ratio.numel())
+
+
+def test_widening_a_beta_policy_is_an_error():
+    from environments import quarter_disc
+    cfg = resolve(quarter_disc.SETTINGS, {})
+    g = quarter_disc.make_graph(cfg)
+    pf, _ = quarter_disc.make_policies(g, cfg)
+    with pytest.raises(ValueError, match="Gaussian"):
+        pf(g.source[None]).widened(0.1).sample()
+
+
+@pytest.mark.parametrize("name", ["gmm9", "funnel"])
+def test_targets_are_normalised_and_their_samples_match(name):
+    t = TARGETS[name]
+    gen = torch.Generator().manual_seed(3)
+    x = t.sample(200000, gen).double()
+    if name == "gmm9":  # log Z = 0: a fine grid integral (the mass beyond [-9, 9]^2 is < 1e-12)
+        g = torch.linspace(-9, 9, 721, dtype=torch.float64)
+        pts = torch.cartesian_prod(g, g)
+        assert float(t.log_prob(pts).exp().sum() * (g[1] - g[0]) ** 2) == pytest.approx(1.0, abs=1e-6)
+        counts = t.mode_counts(x)  # within 3 standard deviations in 2-D: probability 1 - e^{-9/2} per sample
+        p = (1 - math.exp(-4.5)) / 9
+        assert (counts - 200000 * p).abs().max() < 5 * math.sqrt(200000 * p * (1 - p))
+    else:  # x0 ~ N(0, 1), x_i | x0 ~ N(0, e^{x0}): E[x_i^2] = E[e^{x0}] = e^{1/2}; 5 standard errors
+        assert abs(float(x[:, 0].mean())) < 5 / math.sqrt(len(x))
+        second = x[:, 1:].square().mean(1)
+        assert abs(float(second.mean()) - math.exp(0.5)) < 5 * float(second.std()) / math.sqrt(len(x))
+    # the density's gradient agrees with its samples: E[grad log p] = 0 under p (Stein); 5 standard errors
+    xs = x[:20000].clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(t.log_prob(xs).sum(), xs)
+    assert (grad.mean(0).abs() < 5 * grad.std(0) / math.sqrt(len(xs))).all()
+
+
+def test_langevin_term_adds_the_clipped_score():
+    torch.manual_seed(4)
+    cfg, graph, pf, _ = setup(n_steps=10, langevin=True)
+    _, _, plain, _ = setup(n_steps=10)
+    plain.net.load_state_dict(pf.net.state_dict())
+    s = torch.cat([torch.randn(8, 2) * 3, torch.full((8, 1), 3.0)], 1)
+    x = s[:, :2].clone().requires_grad_(True)
+    (score,) = torch.autograd.grad(TARGETS["gmm9"].log_prob(x).sum(), x)
+    with torch.no_grad():
+        loc = pf(s).coords[0](torch.ones(8, dtype=torch.bool)).mean
+        loc0 = plain(s).coords[0](torch.ones(8, dtype=torch.bool)).mean
+    c = float(pf.langevin(torch.full((1,), 0.3))[0, 0].detach())  # 0.01 at initialisation
+    assert c == pytest.approx(0.01)
+    assert torch.allclose(loc - loc0, c * score * math.sqrt(0.1) / sde.sigma_of(cfg), atol=1e-5)
+
+
+def test_target_regime_weights_are_uniform_and_forward_kl_is_the_likelihood():
+    from experiments.sde import _target_batch
+    torch.manual_seed(5)
+    cfg, graph, pf, pb = setup(n_steps=6)
+    cfg |= {"batch_size": 64}
+    gfn = GFlowNet(pf, pb)
+    traj, scores = _target_batch(graph, gfn, cfg)
+    loss = DIVERGENCES["forward_kl"](gfn, graph, traj, scores=scores)
+    assert float(loss) == pytest.approx(-float((scores.log_pf * traj.mask).sum(0).mean()), rel=1e-5)
+    assert "tb" in OBJECTIVES and float(OBJECTIVES["tb"](gfn, graph, traj, scores=scores)) > 0
+
+
+def test_divergences_need_scores():
+    cfg, graph, pf, pb = setup(n_steps=3)
+    traj, _ = rollout(graph, pf, 4)
+    with pytest.raises(ValueError, match="scores"):
+        DIVERGENCES["forward_kl"](GFlowNet(pf, pb), graph, traj)

@@ -1,0 +1,60 @@
+"""Smoke tests of `gflownet-measure run sde` and `sde-table` (tiny settings; DESIGN.md section 5 contract)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.cli import main
+
+CHECK_RUN_DIR = Path(__file__).resolve().parents[3] / "shared" / "tools" / "check_run_dir.py"
+TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def check_contract(out: Path) -> None:
+    if CHECK_RUN_DIR.exists():
+        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout
+
+
+@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9")])
+def test_run_writes_the_contract(tmp_path, objective, regime, target):
+    out = tmp_path / "run"
+    assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}"]) == 0
+    check_contract(out)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["log_Z_exact"] == 0.0 and m["bias_importance_weighted"] == m["log_Z_importance_weighted"]
+    assert m["log_Z_lower_bound"] <= m["log_Z_importance_weighted"] + 1e-9  # Jensen, on the same K trajectories
+    with np.load(out / "samples.npz") as z:
+        assert z["x"].shape == (100, 2 if target == "gmm9" else 10)
+    assert (out / "samples.png").exists() and (out / "log_z.png").exists()
+    if target == "gmm9":
+        assert sum(m[f"mode_count/{i}"] for i in range(9)) <= 100
+
+
+def test_reverse_kl_has_no_target_regime(tmp_path, capsys):
+    assert main(["run", "sde", "--out", str(tmp_path / "r"), "--set", "objective=reverse_kl", "regime=target"]) == 2
+    assert "regime=target" in capsys.readouterr().err
+
+
+def test_table_runs_rows_and_baselines(tmp_path):
+    out = tmp_path / "table"
+    args = ["run", "sde-table", "--out", str(out), "--threads", "1", "--set", *TINY, "rows=0,4", "targets=gmm9", "seeds=1", "smc_particles=50", "smc_temps=5"]
+    assert main(args) == 0
+    check_contract(out)
+    table = (out / "table.txt").read_text()
+    for row in ("off-policy GFlowNet TB", "on-policy reverse KL", "SMC", "HMC"):
+        assert row in table
+    m = json.loads((out / "metrics.json").read_text())
+    assert "B_RW/gmm9/off-policy GFlowNet TB/mean" in m and "B/gmm9/SMC/mean" in m
+    assert main(["run", "sde-table", "--out", str(out), "--resume"]) == 0  # finished rows and seeds are kept

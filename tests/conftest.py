@@ -14,9 +14,13 @@ pytest's default ``prepend`` import mode inserts a rootdir conftest's folder whe
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -24,6 +28,26 @@ from hypothesis import strategies as st
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import counting
+
+CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_run_dir.py"
+
+
+def check_contract(out: Path) -> None:
+    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect x`` (DESIGN.md section 5), where that tool exists."""
+    if CHECK_RUN_DIR.exists():
+        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, restored afterwards: these tests are small, and on 2 shared cores extra threads only contend
+    (the CLI's ``--threads 1`` also sets it process-wide)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 
 # Derandomised (seeded) hypothesis runs without the example database: reruns are reproducible.
 HYPOTHESIS = settings(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])

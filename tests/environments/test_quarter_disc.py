@@ -16,13 +16,7 @@ from gflownet_measure.transforms import ArcChart, WithoutJacobian
 RHOS = [0.25, 0.1]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these tests are small, and on 2 shared cores extra threads only contend."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cfg(rho=0.25, jacobian=True):

@@ -2,14 +2,11 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import check_contract
 from experiments.cli import main
-
-CHECK_RUN_DIR = Path(__file__).resolve().parents[3] / "shared" / "tools" / "check_run_dir.py"
-
 
 def test_list_names_every_experiment_and_environment(capsys):
     assert main(["list"]) == 0
@@ -63,9 +60,7 @@ def test_quick_preset_run_writes_the_contract(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert config["settings"]["loss"] == "tb" and config["seed"] == 0
     assert {"distribution.png", "l1_to_target.png"} <= {p.name for p in out.glob("*.png")}
-    if CHECK_RUN_DIR.exists():
-        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
-        assert p.returncode == 0, p.stdout
+    check_contract(out)
 
 
 @pytest.mark.parametrize("loss", ["db", "subtb", "fm"])

@@ -1,30 +1,15 @@
 """Smoke tests of `gflownet-measure run quarter-disc` and `quarter-disc-figure1` (tiny steps; DESIGN.md section 5 contract)."""
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
+from conftest import check_contract
 from experiments.cli import main
 
-CHECK_RUN_DIR = Path(__file__).resolve().parents[3] / "shared" / "tools" / "check_run_dir.py"
 TINY = ["steps=4", "eval_every=2", "eval_samples=200", "batch_size=16", "hidden=16", "n_layers=1"]
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)  # --threads 1 below sets it process-wide
-
-
-def check_contract(out: Path) -> None:
-    if CHECK_RUN_DIR.exists():
-        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
-        assert p.returncode == 0, p.stdout
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_run_writes_the_contract(tmp_path):

@@ -13,7 +13,7 @@ through its public API the way its ``tutorials/examples/train_box_legacy.py`` dr
 ``BoxPFMLP``/``BoxPBMLP``, ``BoxPFEstimator``/``BoxPBEstimator``, ``TBGFlowNet``, ``Sampler`` with saved
 log-probs, elementwise gradient clamp to [-10, 10]); ours uses the library's objects and the training
 step of :class:`gflownet_measure.training.Trainer` (``make_graph``/``make_policies``, ``OBJECTIVES["tb"]``,
-``make_optimizer``, ``make_scheduler``, ``sample_forward``, global gradient-norm clip 10).
+``make_optimizer``, ``make_scheduler``, ``sample_forward``, global gradient-norm clip 10). The child-process harness is ``benchmarks/peer.py``.
 
 Each side runs in its own child process (one after the other, never at the same time) with one torch
 thread. The seconds per iteration are timed the same way for both: ``time.perf_counter`` around each
@@ -39,18 +39,16 @@ the parent and our child do).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from peer import one_thread, parser, run_side, timed
 
 RHO = 0.25
 BATCH = 128
@@ -59,18 +57,6 @@ N_LAYERS = 4  # Linear+ELU blocks before each head; torchgfn's n_hidden_layers c
 N_COMPONENTS_S0, N_COMPONENTS = 4, 2
 C_MIN, C_MAX = 0.1, 5.1
 LR, LR_LOGZ, MILESTONE, GAMMA = 1e-3, 1e-3, 2500, 0.5
-
-
-def _timed(step, iterations: int, label: str) -> list[float]:
-    """Seconds of each of ``iterations`` calls of ``step()`` (one whole training iteration each)."""
-    seconds = []
-    for i in range(iterations):
-        t0 = time.perf_counter()
-        loss = step()
-        seconds.append(time.perf_counter() - t0)
-        if (i + 1) % max(1, iterations // 4) == 0:
-            print(f"  [{label}] iteration {i + 1}/{iterations}, loss {loss:.4g}, {sum(seconds):.1f} s so far", file=sys.stderr, flush=True)
-    return seconds
 
 
 def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
@@ -91,7 +77,7 @@ def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
     objective = OBJECTIVES["tb"]
     grad_clip = 10.0  # TRAINING_SETTINGS["grad_clip"] default
 
-    def step() -> float:  # the body of Trainer.run, less its evaluation and checkpoint bookkeeping
+    def step(k: int) -> float:  # the body of Trainer.run, less its evaluation and checkpoint bookkeeping
         loss = objective(gfn, graph, sample_forward(graph, gfn.pf, BATCH, 0.0), 0.9)
         value = float(loss.detach())
         if not math.isfinite(value):
@@ -104,7 +90,7 @@ def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
         scheduler.step()
         return value
 
-    seconds = _timed(step, a.iterations, "ours")
+    seconds = timed(step, a.iterations, "ours")
     with torch.no_grad():
         x = sample_forward(graph, gfn.pf, a.samples).terminal
     meta = {"parameters": sum(p.numel() for p in gfn.parameters())}
@@ -135,7 +121,7 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
     milestones = [i * MILESTONE for i in range(1, 1 + a.iterations // MILESTONE)]
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=milestones, gamma=GAMMA)
 
-    def step() -> float:
+    def step(k: int) -> float:
         trajectories = sampler.sample_trajectories(env, n=BATCH, save_logprobs=True)
         optimizer.zero_grad()
         loss = gflownet.loss_from_trajectories(env, trajectories, recalculate_all_logprobs=False)
@@ -147,7 +133,7 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
         scheduler.step()
         return loss.item()
 
-    seconds = _timed(step, a.iterations, "torchgfn")
+    seconds = timed(step, a.iterations, "torchgfn")
     with torch.no_grad():
         x = gflownet.sample_terminating_states(env, a.samples).tensor
     meta = {"parameters": sum(p.numel() for p in gflownet.parameters()), "torchgfn": torchgfn.__version__}
@@ -156,11 +142,7 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
 
 def _child(a) -> None:
     """One side, in this process: train, sample, and write the figures to ``a.out`` (npz)."""
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+    one_thread()
     seconds, x, log_z, meta = (_train_ours if a.side == "ours" else _train_torchgfn)(a)
     meta |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
     np.savez(a.out, seconds=np.asarray(seconds), x=x, log_Z=log_z, meta=json.dumps(meta))
@@ -169,28 +151,13 @@ def _child(a) -> None:
 def _run_side(side: str, python: str, a, workdir: Path) -> dict:
     """Run one side in a child interpreter with one thread; returns its seconds, samples, log Z and metadata."""
     out = workdir / f"{side}.npz"
-    cmd = [python, os.path.abspath(__file__), "--side", side, "--out", str(out), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples)]
-    if a.torchgfn_debug:
-        cmd.append("--torchgfn-debug")
-    child_env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=child_env)
-    wall = time.perf_counter() - t0
+    wall = run_side(__file__, python, side, a, out)
     with np.load(out) as z:
         return {"seconds": z["seconds"], "x": torch.from_numpy(z["x"]), "log_Z": float(z["log_Z"]), "meta": json.loads(str(z["meta"])), "wall": wall}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--iterations", type=int, default=2000, help="training iterations on each side")
-    p.add_argument("--quick", action="store_true", help="200 iterations (overrides --iterations)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--samples", type=int, default=10000, help="terminal states per sampler for the JSD (and rejection samples)")
-    p.add_argument("--torchgfn-python", default=sys.executable, help="interpreter for the torchgfn side")
-    p.add_argument("--ours-python", default=sys.executable, help="interpreter for our side")
-    p.add_argument("--torchgfn-debug", action="store_true", help="BoxPolar(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
-    p.add_argument("--side", choices=("ours", "torchgfn"), help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
+    p = parser(__doc__, 10000, "terminal states per sampler for the JSD (and rejection samples)", "BoxPolar(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
     a = p.parse_args()
     if a.quick:
         a.iterations = 200

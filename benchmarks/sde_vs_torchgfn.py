@@ -97,18 +97,16 @@ where torchgfn imports (the torchgfn child imports neither ``environments``, ``e
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from peer import one_thread, parser, run_side, timed
 
 T = 32  # time steps (torchgfn's num_discretization_steps, our n_steps)
 BATCH = 200
@@ -131,18 +129,6 @@ def own_mode_counts(x: torch.Tensor) -> torch.Tensor:
     """Samples within MODE_RADIUS of each mean (the discs are disjoint: spacing 5 > 2 x 1.64)."""
     mu = torch.tensor(MEANS, dtype=x.dtype)
     return ((x.unsqueeze(1) - mu).norm(dim=-1) < MODE_RADIUS).sum(0)
-
-
-def _timed(step, iterations: int, label: str) -> list[float]:
-    """Seconds of each of ``iterations`` calls of ``step(k)`` (one whole training iteration each)."""
-    seconds = []
-    for k in range(iterations):
-        t0 = time.perf_counter()
-        loss = step(k)
-        seconds.append(time.perf_counter() - t0)
-        if (k + 1) % max(1, iterations // 4) == 0:
-            print(f"  [{label}] iteration {k + 1}/{iterations}, loss {loss:.4g}, {sum(seconds):.1f} s so far", file=sys.stderr, flush=True)
-    return seconds
 
 
 def _train_torchgfn(a) -> dict:
@@ -202,7 +188,7 @@ def _train_torchgfn(a) -> dict:
             raise RuntimeError(f"torchgfn: loss is {value} at iteration {k}")
         return value
 
-    seconds = _timed(step, a.iterations, "torchgfn")
+    seconds = timed(step, a.iterations, "torchgfn")
     with torch.no_grad():  # the forward half of the tutorial's evaluate_density_metrics, K trajectories
         trajectories = Sampler(estimator=gflownet.pf).sample_trajectories(env, n=a.samples, save_logprobs=True, save_estimator_outputs=False)
         log_pfs, log_pbs = get_trajectory_pfs_and_pbs(gflownet.pf, gflownet.pb, trajectories, recalculate_all_logprobs=False)
@@ -259,7 +245,7 @@ def _train_ours(a) -> dict:
         optimizer.step()
         return value
 
-    seconds = _timed(step, a.iterations, "ours")
+    seconds = timed(step, a.iterations, "ours")
     bounds = sde.evaluate_bounds(gfn, graph, a.samples)
     meta = {"parameters": sum(p.numel() for p in gfn.parameters()), "cfg": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool))}}
     return {
@@ -274,11 +260,7 @@ def _train_ours(a) -> dict:
 
 def _child(a) -> None:
     """One side, in this process: train, evaluate, and write the figures to ``a.out`` (torch.save)."""
-    torch.set_num_threads(1)
-    try:
-        torch.set_num_interop_threads(1)
-    except RuntimeError:
-        pass
+    one_thread()
     r = (_train_ours if a.side == "ours" else _train_torchgfn)(a)
     r["meta"] |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
     if "log_w" in r:
@@ -293,28 +275,14 @@ def _child(a) -> None:
 def _run_side(side: str, python: str, a, workdir: Path) -> dict:
     """Run one side in a child interpreter with one thread; returns its seconds, samples, bounds and metadata."""
     out = workdir / f"{side}.pt"
-    cmd = [python, os.path.abspath(__file__), "--side", side, "--out", str(out), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples)]
-    if a.torchgfn_debug:
-        cmd.append("--torchgfn-debug")
-    child_env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=child_env)
+    wall = run_side(__file__, python, side, a, out)
     r = torch.load(out, weights_only=False)
-    r["wall"] = time.perf_counter() - t0
+    r["wall"] = wall
     return r
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--iterations", type=int, default=2000, help="training iterations on each side")
-    p.add_argument("--quick", action="store_true", help="200 iterations (overrides --iterations)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--samples", type=int, default=2000, help="K: on-policy trajectories per side for the bounds and mode counts")
-    p.add_argument("--torchgfn-python", default=sys.executable, help="interpreter for the torchgfn side")
-    p.add_argument("--ours-python", default=sys.executable, help="interpreter for our side")
-    p.add_argument("--torchgfn-debug", action="store_true", help="DiffusionSampling(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
-    p.add_argument("--side", choices=("ours", "torchgfn"), help=argparse.SUPPRESS)
-    p.add_argument("--out", help=argparse.SUPPRESS)
+    p = parser(__doc__, 2000, "K: on-policy trajectories per side for the bounds and mode counts", "DiffusionSampling(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
     a = p.parse_args()
     if a.quick:
         a.iterations = 200

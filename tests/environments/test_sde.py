@@ -133,3 +133,21 @@ def test_divergences_need_scores():
     traj, _ = rollout(graph, pf, 4)
     with pytest.raises(ValueError, match="scores"):
         DIVERGENCES["forward_kl"](GFlowNet(pf, pb), graph, traj)
+
+
+def test_checks_catch_a_policy_without_its_jacobian():
+    """Dropping the chart's log|J| = n log c (the Li et al. 2023 error) leaves a density that integrates to
+    c^n = 0.25 against Lebesgue (gmm9, sigma = 1, T = 4): eq. 15 fails, the graph's own conditions still hold."""
+    from gflownet_measure.checks import check_graph
+    from gflownet_measure.transforms import WithoutJacobian
+
+    torch.manual_seed(6)
+    cfg, graph, pf, pb = setup(n_steps=4, sigma=1.0)
+    broken = sde.SDEKernel(2, 4, 0.5, forward=True)
+    broken.chart = WithoutJacobian(broken.chart)
+    pf.kernel = broken
+    report = check_graph(graph, pf, pb, n=64)
+    failed = {r.condition for r in report.results if not r.passed}
+    assert failed == {"eq. 15 P_F integrates to 1"}, str(report)
+    worst = next(r for r in report.results if r.condition in failed)
+    assert worst.estimate == pytest.approx(0.75, abs=0.05)  # |integral - 1| at the worst state

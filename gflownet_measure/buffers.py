@@ -5,7 +5,7 @@ import torch
 
 from .trajectories import Trajectories
 
-__all__ = ["ReplayBuffer"]
+__all__ = ["ReplayBuffer", "TransitionBuffer"]
 
 
 class ReplayBuffer:
@@ -43,3 +43,40 @@ class ReplayBuffer:
             raise ValueError("cannot sample from an empty replay buffer")
         idx = torch.randperm(self.size)[: min(n, self.size)]
         return Trajectories(self.states[idx].transpose(0, 1), self.sink[idx].transpose(0, 1), self.log_R[idx]).trimmed()
+
+
+class TransitionBuffer(torch.nn.Module):
+    """A FIFO ring of at most ``capacity`` transitions ``(s, s')`` of state vectors, sampled uniformly without replacement.
+
+    ``dtype`` is the storage type (e.g. ``torch.uint8`` for 0/1 states: a hundredfold saving for the
+    DAG space); :meth:`sample` returns float32 states. A module whose contents are registered
+    buffers, so that a checkpoint of a model holding it restores the replay too.
+    """
+
+    def __init__(self, capacity: int, state_dim: int, dtype=torch.uint8):
+        super().__init__()
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.register_buffer("states", torch.zeros(capacity, 2, state_dim, dtype=dtype))
+        self.register_buffer("cursor", torch.zeros(2, dtype=torch.long))  # (size, head)
+
+    def __len__(self) -> int:
+        return int(self.cursor[0])
+
+    def add(self, s: torch.Tensor, s_next: torch.Tensor) -> None:
+        """Append ``B`` transitions ``s [B, D] -> s_next [B, D]`` (the oldest are overwritten when full)."""
+        B = s.shape[0]
+        if B > self.capacity:
+            s, s_next, B = s[-self.capacity :], s_next[-self.capacity :], self.capacity
+        size, head = self.cursor.tolist()
+        idx = (head + torch.arange(B)) % self.capacity
+        self.states[idx] = torch.stack([s, s_next], 1).to(self.states.dtype)
+        self.cursor[0], self.cursor[1] = min(self.capacity, size + B), (head + B) % self.capacity
+
+    def sample(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``min(n, len)`` transitions ``(s [n, D], s_next [n, D])``."""
+        if len(self) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
+        pair = self.states[torch.randperm(len(self))[: min(n, len(self))]].float()
+        return pair[:, 0], pair[:, 1]

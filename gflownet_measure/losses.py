@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "reverse_kl", "reverse_kl_iw", "forward_kl_iw"]
+__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw"]
 
 
 def square(r: Tensor) -> Tensor:
@@ -95,6 +95,32 @@ def fm_residual(log_in: Tensor, in_mask: Tensor, log_out: Tensor, out_mask: Tens
 def rm_residual(log_flow_to_sink: Tensor, log_R: Tensor) -> Tensor:
     """Reward matching at a terminable state: :math:`\\log F(x \\to \\bot) - \\log R(x)`, ``[B]``."""
     return log_flow_to_sink - log_R
+
+
+def undirected_subtb_residual(log_R: Tensor, log_pf_stop: Tensor, log_pf_edge: Tensor, log_pb_edge: Tensor, log_R_next: Tensor, log_pf_stop_next: Tensor) -> Tensor:
+    """Sub-trajectory balance along the undirected path :math:`x \\leftarrow s \\to s' \\to x'` (Deleu et al. 2023, eq. 6).
+
+    .. math:: \\delta = \\log R(x') - \\log R(x) + \\log P_B(s | s') + \\log P_F(x | s) - \\log P_F(s' | s) - \\log P_F(x' | s')
+
+    for terminal states :math:`x, x'` whose only parents are :math:`s, s'` (so :math:`P_B(s | x) = 1`) and
+    whose flows are their rewards. It is the SubTB residual of the two trajectories
+    :math:`s_0 \\leadsto s \\to x` and :math:`s_0 \\leadsto s \\to s' \\to x'` with :math:`F(s)` eliminated, so it
+    needs no state flow; it is zero for all pairs iff the policy samples :math:`R` (Theorem 3.1). Broadcasts:
+    e.g. ``log_R [S, 1, B]`` against ``log_R_next [1, S, B]`` gives all ``S x S`` pairs per transition.
+    """
+    return log_R_next - log_R + log_pb_edge + log_pf_stop - log_pf_edge - log_pf_stop_next
+
+
+def length2_penalty(grad: Tensor, n_active: Tensor) -> Tensor:
+    """The differential form of SubTB on :math:`(G, \\#) \\to (G, \\theta)` (Deleu et al. 2023, eq. C.21), ``[B]``.
+
+    .. math:: \\mathrm{pen}(G) = \\frac{1}{S \\max(k_G, 1)} \\sum_{s=1}^S \\big\\|\\nabla_\\theta[\\log R(G, \\theta_s) - \\log P_\\phi(\\theta_s | G)]\\big\\|^2
+
+    ``grad [S, B, ...]`` holds the gradients (zero at inactive coordinates), ``n_active [B]`` is :math:`k_G`.
+    The ``max`` guards the empty graph, where the public code divides 0 by 0 (``reference_facts.md`` 4.4).
+    """
+    S = grad.shape[0]
+    return grad.square().flatten(2).sum((0, 2)) / (S * n_active.clamp(min=1).to(grad.dtype))
 
 
 # --- Divergences between path measures (Lahlou et al. 2023, section 4.2, Table 2) --------------------------

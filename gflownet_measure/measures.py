@@ -208,7 +208,8 @@ class Measure:
 
     def weighted_points(self, n: int = 256, method: str = "mc", generator=None, proposals: dict | None = None) -> WeightedPoints:
         """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``
-        (Monte Carlo nodes drawn independently for each measure, quadrature nodes shared).
+        (Monte Carlo nodes drawn independently for each measure, quadrature nodes shared; a piece absent from
+        every measure of the batch gets no nodes).
 
         ``proposals`` maps a piece index to ``(loc, scale)`` ``[B, k]`` each: that piece's ``n`` nodes are then
         drawn per measure from :math:`\\mathcal N(\\text{loc}_b, \\text{diag}(\\text{scale}_b^2))` in chart coordinates
@@ -220,6 +221,8 @@ class Measure:
         xs, sinks, lws, masks = [a.x.double()], [a.sink], [a.log_mass.double()], [a.mask]
         comp = [torch.arange(K)]
         for c, p in enumerate(self.pieces):
+            if not p.mask.any():  # absent from every measure of the batch: no nodes (a kernel with one piece per edge count)
+                continue
             if proposals and c in proposals:
                 if p.chart.domain.bounded or method != "mc":
                     raise ValueError("Gaussian proposals are for Monte Carlo on unbounded chart domains")

@@ -32,10 +32,10 @@ from gflownet_measure.measures import counting
 CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_run_dir.py"
 
 
-def check_contract(out: Path) -> None:
-    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect x`` (DESIGN.md section 5), where that tool exists."""
+def check_contract(out: Path, expect: str = "x") -> None:
+    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect <expect>`` (DESIGN.md section 5), where that tool exists."""
     if CHECK_RUN_DIR.exists():
-        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", "x"], capture_output=True, text=True)
+        p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", expect], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout
 
 
@@ -47,6 +47,14 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def dag(d: int, edges) -> torch.Tensor:
+    """The adjacency matrix ``[d, d]`` bool of the edges ``(i, j)``, i -> j (the DAG-space tests)."""
+    adj = torch.zeros(d, d, dtype=torch.bool)
+    for i, j in edges:
+        adj[i, j] = True
+    return adj
 
 
 # Derandomised (seeded) hypothesis runs without the example database: reruns are reproducible.

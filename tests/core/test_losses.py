@@ -311,3 +311,28 @@ def test_fm_residual_is_a_difference_of_log_sums():
 def test_rm_residual_hand_example():
     r = losses.rm_residual(torch.tensor([math.log(2.0), 0.0], dtype=torch.float64), torch.tensor([math.log(3.0), 0.0], dtype=torch.float64))
     assert r.tolist() == pytest.approx([math.log(2.0 / 3.0), 0.0], abs=1e-15)
+
+
+@given(st.integers(0, 2**31 - 1))
+@HYPOTHESIS
+def test_undirected_subtb_is_the_difference_of_two_tb_residuals(seed):
+    """x <- s -> s' -> x': the residual equals TB(s0 ~> s -> x) - TB(s0 ~> s -> s' -> x') for any log Z and any shared prefix,
+    when P_B(s | x) = P_B(s' | x') = 1 (so log Z and the prefix cancel)."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    prefix_pf, prefix_pb, log_Z = r(3), r(3), r(())
+    pf_stop, pf_edge, pb_edge, pf_stop2, log_R, log_R2 = r(6).unbind()
+    one = torch.ones(1, dtype=torch.bool)
+    # tau: s0 -> ... -> s -> x (the step into x has P_B = 1, the step into the sink none); tau': ... -> s -> s' -> x'
+    tau = losses.tb_residual(log_Z, torch.cat([prefix_pf, pf_stop[None]])[:, None], torch.cat([prefix_pb, torch.zeros(1, dtype=torch.float64)])[:, None], log_R[None], one.expand(4, 1))
+    tau2 = losses.tb_residual(log_Z, torch.cat([prefix_pf, pf_edge[None], pf_stop2[None]])[:, None], torch.cat([prefix_pb, pb_edge[None], torch.zeros(1, dtype=torch.float64)])[:, None], log_R2[None], one.expand(5, 1))
+    got = losses.undirected_subtb_residual(log_R, pf_stop, pf_edge, pb_edge, log_R2, pf_stop2)
+    torch.testing.assert_close(got, (tau - tau2)[0])
+
+
+def test_length2_penalty_guards_the_empty_graph():
+    """pen = sum of squared gradients / (S * max(k, 1)): finite with no active parameter, exact elsewhere."""
+    grad = torch.zeros(4, 2, 3, 3)
+    grad[:, 1, 0, 1] = 2.0  # graph 1 has one active weight, gradient 2 in each of 4 samples
+    pen = losses.length2_penalty(grad, torch.tensor([0, 1]))
+    torch.testing.assert_close(pen, torch.tensor([0.0, 4.0]))

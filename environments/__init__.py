@@ -7,7 +7,7 @@ from typing import Callable
 from gflownet_measure.config import ConfigError, Setting
 from gflownet_measure.graph import PointedGraph
 
-from . import hypergrid, quarter_disc, sde
+from . import dag_params, hypergrid, quarter_disc, sde
 
 __all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
 
@@ -26,6 +26,7 @@ class EnvironmentSpec:
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {
     "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.SETTINGS, hypergrid.make_graph, hypergrid.make_policies),
     "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.SETTINGS, quarter_disc.make_graph, quarter_disc.make_policies),
+    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.SETTINGS, dag_params.make_graph, dag_params.make_policies),
     "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SETTINGS, sde.make_graph, sde.make_policies),
 }
 

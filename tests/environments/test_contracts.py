@@ -12,8 +12,12 @@ from gflownet_measure.config import resolve
 SMALL_SETTINGS = {
     "hypergrid": st.fixed_dictionaries({"height": st.integers(2, 6), "ndim": st.integers(1, 3), "R0": st.floats(1e-4, 1.0), "R1": st.floats(0.0, 3.0), "R2": st.floats(0.0, 3.0)}),
     "quarter-disc": st.fixed_dictionaries({"rho": st.floats(0.1, 0.5), "jacobian": st.just(True)}),
+    "dag-params": st.fixed_dictionaries({"d": st.integers(2, 3), "n_data": st.integers(5, 100), "graph_prior": st.sampled_from(["uniform", "erdos_renyi"]), "edges_per_node": st.just(0.4), "max_parents": st.integers(0, 1), "model": st.sampled_from(["lingauss-diag", "lingauss-full"]), "hidden": st.just(8)}),
     "sde": st.fixed_dictionaries({"target": st.sampled_from(["gmm9", "funnel"]), "n_steps": st.integers(1, 6), "sigma": st.floats(0.5, 6.0), "learned_variance": st.booleans(), "langevin": st.booleans(), "hidden": st.just(16)}),
 }
+
+
+EXAMPLES = {"dag-params": 4}  # each d = 3 example integrates over 25 DAGs and 24 weight spaces (about 10 s)
 
 
 def test_every_environment_has_a_strategy():
@@ -24,7 +28,7 @@ def test_every_environment_has_a_strategy():
 def test_environment_passes_the_theory_checks(name):
     spec = ENVIRONMENTS[name]
 
-    @settings(max_examples=10, deadline=None)
+    @settings(max_examples=EXAMPLES.get(name, 10), deadline=None)
     @given(SMALL_SETTINGS[name], st.integers(0, 2**16))
     def run(overrides, seed):
         cfg = resolve(spec.settings, overrides)

@@ -1,0 +1,86 @@
+"""The hybrid DAG x Theta space of JSP-GFN (Deleu et al. 2023; Lahlou et al. 2023 section 4.4).
+
+Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.bayesnet` (linear-Gaussian model,
+priors, simulated and CSV data), :mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.space` (the
+measurable pointed graph), :mod:`.network` and :mod:`.policy` (the forward policy), :mod:`.objective`
+(Algorithm 1's environments and the transition loss), :mod:`.evaluation` (the policy's exact marginals and
+the metrics of Table 3 / D.1), :mod:`.mcmc` and :mod:`.metrics` (baselines and comparisons).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.policies import UniformPolicy
+
+from .bayesnet import GRAPH_PRIORS, LinearGaussian, load_csv, simulate_er
+from .network import JSPNetwork
+from .policy import JSPPolicy
+from .space import make_space
+
+__all__ = ["SETTINGS", "MODELS", "Problem", "make_problem", "make_graph", "make_policies"]
+
+MODELS = {"lingauss-diag": "diag", "lingauss-full": "full"}
+
+SETTINGS = {
+    "d": Setting(3, "number of variables of simulated data (a CSV sets its own)", low=2, high=5),
+    "data": Setting("", "a CSV file (header = variable names, one column per variable); empty: simulated Erdos-Renyi data"),
+    "data_seed": Setting(0, "seed of the simulated graph, weights and data", low=0),
+    "n_data": Setting(100, "simulated training rows N", low=2),
+    "n_valid": Setting(100, "simulated held-out rows", low=0),
+    "edges_per_node": Setting(1.0, "expected edges per node k of the simulated ER graph (ER1: 1), and of the erdos_renyi prior", low=0.0),
+    "obs_var": Setting(0.01, "noise variance sigma^2 of every CPD (fixed)", low=1e-8),
+    "prior_var": Setting(1.0, "variance of the N(0, .) prior on each active weight", low=1e-8),
+    "graph_prior": Setting("uniform", "prior over DAGs", choices=GRAPH_PRIORS),
+    "max_parents": Setting(0, "at most this many parents per node (0: no limit)", low=0),
+    "model": Setting("lingauss-diag", "P_phi(theta | G): diagonal or full-covariance Normal", choices=tuple(MODELS)),
+    "hidden": Setting(128, "width of the backbone and heads", low=1),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The data and model of a run: ``true_adj``/``true_theta`` are ``None`` for a user's CSV."""
+
+    model: LinearGaussian
+    names: list[str]
+    valid: Tensor | None
+    true_adj: Tensor | None
+    true_theta: Tensor | None
+
+
+def make_problem(cfg: dict) -> Problem:
+    """Simulated ER data (``data`` empty) or the user's CSV, and the linear-Gaussian model on it."""
+    if cfg["data"]:
+        try:
+            data, names = load_csv(cfg["data"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        valid = true_adj = true_theta = None
+    else:
+        sim = simulate_er(cfg["d"], cfg["edges_per_node"], cfg["n_data"], cfg["n_valid"], seed=cfg["data_seed"], obs_std=cfg["obs_var"] ** 0.5)
+        data, names, valid, true_adj, true_theta = sim.train, sim.names, sim.valid, sim.adj, sim.theta
+    try:
+        model = LinearGaussian(data, cfg["obs_var"], cfg["prior_var"], cfg["graph_prior"], cfg["edges_per_node"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Problem(model, names, valid, true_adj, true_theta)
+
+
+def make_graph(cfg: dict, problem: Problem | None = None) -> PointedGraph:
+    """The pointed graph of :mod:`.space` with :math:`\\log R` of the linear-Gaussian model (full data)."""
+    problem = problem or make_problem(cfg)
+    d = problem.model.d
+    try:
+        return make_space(d, problem.model.log_reward, cfg["max_parents"] or None)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def make_policies(graph: PointedGraph, cfg: dict) -> tuple[JSPPolicy, UniformPolicy]:
+    """``(P_F, P_B)``: the JSP-GFN policy (fresh network) and the uniform backward policy over the edges of ``G'``."""
+    d = graph.kappa.d
+    return JSPPolicy(graph.kappa, JSPNetwork(d, cfg["hidden"], MODELS[cfg["model"]])), UniformPolicy(graph.kappa_b)

@@ -1,0 +1,301 @@
+"""The linear-Gaussian Bayesian network of JSP-GFN (Deleu et al. 2023, section 5.1; ``reference_facts.md`` 4.3, 4.6, 4.7).
+
+Model, with :math:`\\sigma^2` = ``obs_var`` and :math:`\\sigma_0^2` = ``prior_var``:
+
+.. math:: X_j = \\sum_i \\theta_{ij} A_{ij} X_i + \\varepsilon_j,\\quad \\varepsilon_j \\sim \\mathcal N(0, \\sigma^2),
+          \\qquad \\theta_{ij} \\sim \\mathcal N(0, \\sigma_0^2) \\text{ for active } A_{ij} = 1,
+
+and the reward of the hybrid GFlowNet is :math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`.
+
+Per child :math:`j` with parent data :math:`X_P` ``[N, k]`` and column :math:`x` ``[N]``, the weights
+integrate out in closed form (``reference_facts.md`` 4.7; JSP-GFN eq. D.24):
+
+.. math:: V_j = (I / \\sigma_0^2 + X_P^\\top X_P / \\sigma^2)^{-1},\\quad m_j = V_j X_P^\\top x / \\sigma^2,
+
+.. math:: \\log P(x | X_P) = \\log \\mathcal N(x; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)
+          = -\\tfrac12\\big[N \\log 2\\pi\\sigma^2 + k \\log \\sigma_0^2 - \\log\\det V_j + \\|x\\|^2/\\sigma^2 - m_j^\\top V_j^{-1} m_j\\big]
+
+(Woodbury and the determinant lemma in the ``k``-dimensional space). Only the Gram matrix
+:math:`X^\\top X` enters, so every local term costs :math:`O(k^3)`; they are cached per (node, parent set).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "simulate_er", "load_csv"]
+
+GRAPH_PRIORS = ("uniform", "erdos_renyi")
+_LOG_2PI = math.log(2 * math.pi)
+
+
+class _Local(NamedTuple):
+    """Closed-form quantities of one child given one parent set (``k`` parents), float64."""
+
+    parents: Tensor  # [k] long
+    log_marginal: float  # log P(x_j | X_P), theta integrated out
+    mean: Tensor  # [k]: m_j
+    cov: Tensor  # [k, k]: V_j
+    chol_prec: Tensor  # [k, k]: lower L with L L^T = V_j^{-1}
+    entropy: float  # 0.5 (k log(2 pi e) + log det V_j)
+
+
+class LinearGaussian:
+    """Data and hyper-parameters of the linear-Gaussian network; batched log-densities over ``adj [..., d, d]``.
+
+    Args:
+        data: ``[N, d]`` observations (cast to float64).
+        obs_var: :math:`\\sigma^2`, the noise variance (0.01 in JSP-GFN: noise std 0.1).
+        prior_var: :math:`\\sigma_0^2`, the variance of each active weight.
+        graph_prior: ``"uniform"`` (:math:`\\log P(G) = 0`) or ``"erdos_renyi"``
+            (:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}`, :math:`p = 2k/(d-1)`, unnormalised as in the JSP code).
+        edges_per_node: ``k`` of the Erdos-Renyi prior.
+    """
+
+    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0):
+        data = torch.as_tensor(data, dtype=torch.float64)
+        if data.dim() != 2 or data.shape[0] < 1 or data.shape[1] < 1:
+            raise ValueError(f"LinearGaussian: data must be [N, d] with N, d >= 1; got shape {tuple(data.shape)}")
+        if not torch.isfinite(data).all():
+            raise ValueError("LinearGaussian: data has non-finite values")
+        if not (obs_var > 0 and prior_var > 0 and math.isfinite(obs_var) and math.isfinite(prior_var)):
+            raise ValueError(f"LinearGaussian: obs_var and prior_var must be finite and > 0; got {obs_var!r}, {prior_var!r}")
+        if graph_prior not in GRAPH_PRIORS:
+            raise ValueError(f"LinearGaussian: graph_prior must be one of {GRAPH_PRIORS}; got {graph_prior!r}")
+        self.data, self.obs_var, self.prior_var, self.graph_prior = data, float(obs_var), float(prior_var), graph_prior
+        self.n, self.d = data.shape
+        self.gram = data.T @ data  # [d, d]: X^T X
+        self.log_edge_odds = 0.0
+        if graph_prior == "erdos_renyi":
+            p = 2 * edges_per_node / (self.d - 1) if self.d > 1 else math.inf
+            if not 0 < p < 1:
+                raise ValueError(f"LinearGaussian: the erdos_renyi prior needs 0 < p = 2 k / (d - 1) < 1; got p = {p:.4g} for d = {self.d}, k = {edges_per_node}")
+            self.log_edge_odds = math.log(p) - math.log1p(-p)
+        self._cache: dict[tuple[int, int], _Local] = {}
+
+    # ---------------------------------------------------------------- densities of (G, theta)
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta) = \\sum_n \\sum_j \\log \\mathcal N(x_{nj}; \\sum_i \\theta_{ij} A_{ij} x_{ni}, \\sigma^2)` ``[...]``.
+
+        From the Gram matrix :math:`C = X^\\top X` alone, with :math:`W = \\theta \\odot A`:
+
+        .. math:: \\sum_n (x_{nj} - (XW)_{nj})^2 = C_{jj} - 2 \\sum_i W_{ij} C_{ij} + \\sum_i W_{ij} (C W)_{ij},
+
+        so the cost is :math:`O(d^3)` per graph whatever ``N`` (float64: the three terms nearly cancel).
+        ``theta [..., d, d]`` broadcasts with ``adj`` (e.g. ``[S, B, d, d]`` against ``[B, d, d]``); the result is in
+        ``theta``'s dtype and differentiable in it. With ``rows`` (``[M]`` long), the unbiased mini-batch estimate
+        :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13).
+        """
+        x = self.data if rows is None else self.data[rows]  # [M, d]
+        C = self.gram if rows is None else x.T @ x
+        W = theta.to(torch.float64) * adj.to(torch.float64)  # [..., d, d]
+        rss = C.diagonal() - 2 * (W * C).sum(-2) + (W * (C @ W)).sum(-2)  # [..., d]
+        M = x.shape[0]
+        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * M * self.d * (_LOG_2PI + math.log(self.obs_var))
+        return (ll * (self.n / M)).to(theta.dtype)
+
+    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """:math:`\\log P(\\theta | G) = \\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; 0, \\sigma_0^2)` ``[...]`` w.r.t. Lebesgue on the active entries."""
+        log_n = -0.5 * theta.square() / self.prior_var - 0.5 * (_LOG_2PI + math.log(self.prior_var))
+        return (log_n * adj.to(theta.dtype)).sum((-1, -2))
+
+    def log_prior_graph(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}` (0 for the uniform prior): ``[...]`` float64."""
+        return adj.to(torch.float64).sum((-1, -2)) * self.log_edge_odds
+
+    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)` ``[...]`` in ``theta``'s dtype."""
+        ll = self.log_likelihood(adj, theta, rows)
+        return ll + self.log_prior_theta(adj, theta) + self.log_prior_graph(adj).to(ll.dtype)
+
+    # ---------------------------------------------------------------- closed forms, theta integrated out
+
+    def _local(self, node: int, code: int) -> _Local:
+        """The cached :class:`_Local` of child ``node`` with parent set ``{i : bit i of code}``."""
+        key = (node, code)
+        if key not in self._cache:
+            parents = torch.tensor([i for i in range(self.d) if code >> i & 1], dtype=torch.long)
+            k = len(parents)
+            g_pp = self.gram[parents][:, parents]  # [k, k]: X_P^T X_P
+            b = self.gram[parents, node] / self.obs_var  # [k]: X_P^T x / sigma^2
+            prec = torch.eye(k, dtype=torch.float64) / self.prior_var + g_pp / self.obs_var  # V^{-1}
+            chol = torch.linalg.cholesky(prec)
+            mean = torch.cholesky_solve(b[:, None], chol)[:, 0]
+            log_det_v = -2.0 * float(chol.diagonal().log().sum())
+            xx = float(self.gram[node, node])
+            log_marginal = -0.5 * (self.n * (_LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
+            entropy = 0.5 * (k * (_LOG_2PI + 1.0) + log_det_v)
+            self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy)
+        return self._cache[key]
+
+    def _parent_codes(self, adj: Tensor) -> Tensor:
+        """:math:`c_j = \\sum_i A_{ij} 2^i`: ``[..., d]`` long, the parent set of every node as an integer."""
+        if adj.shape[-2:] != (self.d, self.d):
+            raise ValueError(f"LinearGaussian: adj must be [..., {self.d}, {self.d}]; got shape {tuple(adj.shape)}")
+        return (adj.long() << torch.arange(self.d, device=adj.device)[:, None]).sum(-2)
+
+    def _unique_locals(self, adj: Tensor) -> tuple[list[_Local], Tensor]:
+        """The distinct (node, parent set) pairs of ``adj [..., d, d]``: their :class:`_Local` list and ``inverse [..., d]`` into it."""
+        keys = self._parent_codes(adj) * self.d + torch.arange(self.d, device=adj.device)  # [..., d]
+        uniq, inverse = torch.unique(keys, return_inverse=True)
+        return [self._local(k % self.d, k // self.d) for k in uniq.tolist()], inverse
+
+    def _groups(self, adj: Tensor):
+        """Yield ``(local, graphs [n] long, node)`` for every distinct (node, parent set) with parents among ``adj [B, d, d]``."""
+        locals_, inverse = self._unique_locals(adj)
+        for u, local in enumerate(locals_):
+            if len(local.parents):
+                graphs, nodes = (inverse == u).nonzero().unbind(1)
+                yield local, graphs, int(nodes[0])
+
+    def _per_graph(self, adj: Tensor, field: str) -> Tensor:
+        """:math:`\\sum_j` ``local.<field>`` over the nodes of each graph: ``[...]`` float64."""
+        locals_, inverse = self._unique_locals(adj)
+        values = torch.tensor([getattr(local, field) for local in locals_], dtype=torch.float64)
+        return values[inverse].sum(-1)
+
+    def local_log_marginal(self, node: int, parents) -> float:
+        """:math:`\\log P(x_j | X_P) = \\log \\mathcal N(x_j; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)` (``reference_facts.md`` 4.7).
+
+        ``parents``: a tuple of indices, or a bool/0-1 vector ``[d]`` (tensor, array or list).
+        """
+        if not 0 <= node < self.d:
+            raise ValueError(f"local_log_marginal: node must be in 0..{self.d - 1}; got {node}")
+        if isinstance(parents, tuple):
+            index = list(parents)
+        else:
+            vector = torch.as_tensor(parents)
+            if vector.shape != (self.d,):
+                raise ValueError(f"local_log_marginal: parents must be a tuple of indices or a 0-1 vector [{self.d}]; got shape {tuple(vector.shape)}")
+            index = vector.bool().nonzero()[:, 0].tolist()
+        if any(not 0 <= i < self.d or i == node for i in index):
+            raise ValueError(f"local_log_marginal: parents must be nodes in 0..{self.d - 1} other than {node}; got {index}")
+        return self._local(node, sum(1 << i for i in set(index))).log_marginal
+
+    def log_marginal_likelihood(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(D | G) = \\sum_j \\log P(x_j | X_{\\mathrm{Pa}(j)})` ``[...]`` float64 (0-dim for one graph)."""
+        return self._per_graph(adj, "log_marginal")
+
+    def log_joint_graph(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(G) + \\log P(D | G) = \\log \\int R(G, \\theta) d\\theta` ``[...]`` float64."""
+        return self.log_marginal_likelihood(adj) + self.log_prior_graph(adj)
+
+    def theta_posterior(self, adj: Tensor) -> tuple[Tensor, Tensor]:
+        """:math:`\\theta_{\\mathrm{Pa}(j), j} | G, D \\sim \\mathcal N(m_j, V_j)` (JSP-GFN eq. D.24) for one graph ``adj [d, d]``.
+
+        Returns:
+            ``mean [d, d]`` (``mean[i, j]`` = :math:`(m_j)_i` for parents ``i``, else 0) and ``cov [d, d, d]``
+            (``cov[j]`` = :math:`V_j` at the parent rows and columns, else 0), float64.
+        """
+        if adj.shape != (self.d, self.d):
+            raise ValueError(f"theta_posterior: adj must be one graph [{self.d}, {self.d}]; got shape {tuple(adj.shape)}")
+        mean = torch.zeros(self.d, self.d, dtype=torch.float64)
+        cov = torch.zeros(self.d, self.d, self.d, dtype=torch.float64)
+        for j, code in enumerate(self._parent_codes(adj).tolist()):
+            local = self._local(j, code)
+            mean[local.parents, j] = local.mean
+            cov[j][local.parents[:, None], local.parents] = local.cov
+        return mean, cov
+
+    def sample_theta_posterior(self, adj: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Exact draws :math:`\\theta \\sim P(\\theta | G, D)`: :math:`\\theta_{P, j} = m_j + L_j^{-\\top} \\varepsilon`, ``L_j L_j^\\top = V_j^{-1}``; ``[B, d, d]`` float64."""
+        theta = torch.zeros(adj.shape, dtype=torch.float64)
+        for local, graphs, node in self._groups(adj):
+            eps = torch.randn(len(local.parents), len(graphs), dtype=torch.float64, generator=generator)  # [k, n]
+            z = torch.linalg.solve_triangular(local.chol_prec.T, eps, upper=True)  # [k, n]
+            theta[graphs[:, None], local.parents, node] = local.mean + z.T
+        return theta
+
+    def log_prob_theta_posterior(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """:math:`\\log P(\\theta | G, D) = \\sum_j \\log \\mathcal N(\\theta_{\\mathrm{Pa}(j), j}; m_j, V_j)` ``[B]`` float64, w.r.t. Lebesgue on the active entries.
+
+        Nodes without parents contribute 0; differentiable in ``theta``.
+        """
+        theta = theta.to(torch.float64)
+        out = torch.zeros(adj.shape[0], dtype=torch.float64)
+        for local, graphs, node in self._groups(adj):
+            delta = theta[graphs[:, None], local.parents, node] - local.mean  # [n, k]
+            quad = (delta @ local.chol_prec).square().sum(-1)  # (theta - m)^T V^{-1} (theta - m)
+            log_n = -0.5 * (len(local.parents) * _LOG_2PI + quad) + local.chol_prec.diagonal().log().sum()
+            out = out.index_add(0, graphs, log_n)
+        return out
+
+    def entropy_theta_posterior(self, adj: Tensor) -> Tensor:
+        """:math:`H[P(\\theta | G, D)] = \\sum_j \\tfrac12 (k_j \\log 2\\pi e + \\log\\det V_j)` ``[...]`` float64."""
+        return self._per_graph(adj, "entropy")
+
+
+@dataclass(frozen=True)
+class SimulatedData:
+    """A simulated network: ground truth ``adj [d, d]`` bool and ``theta [d, d]``, ``train [N, d]`` and ``valid [N', d]`` float64, variable ``names``."""
+
+    adj: Tensor
+    theta: Tensor
+    train: Tensor
+    valid: Tensor
+    names: list[str]
+
+
+def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0) -> SimulatedData:
+    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))`, :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (``reference_facts.md`` 4.6).
+
+    The graph is a Bernoulli(p) strict lower triangle with its nodes randomly permuted; the data solve
+    :math:`X = X\\Theta + E` with :math:`E_{nj} \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, which equals ancestral
+    sampling because :math:`\\Theta` is nilpotent on a DAG. Deterministic given ``seed`` (numpy ``Generator``).
+    """
+    if int(d) != d or d < 1 or int(n_train) != n_train or n_train < 1 or int(n_valid) != n_valid or n_valid < 0:
+        raise ValueError(f"simulate_er: need integers d >= 1, n_train >= 1, n_valid >= 0; got {d!r}, {n_train!r}, {n_valid!r}")
+    if not (edges_per_node >= 0 and obs_std > 0):
+        raise ValueError(f"simulate_er: need edges_per_node >= 0 and obs_std > 0; got {edges_per_node!r}, {obs_std!r}")
+    rng = np.random.default_rng(seed)
+    p = min(1.0, 2 * edges_per_node / (d - 1)) if d > 1 else 0.0
+    lower = np.tril(rng.random((d, d)) < p, k=-1)
+    perm = rng.permutation(d)
+    adj = lower[perm][:, perm]
+    theta = np.where(adj, rng.normal(size=(d, d)), 0.0)
+    noise = rng.normal(scale=obs_std, size=(n_train + n_valid, d))
+    x = np.linalg.solve((np.eye(d) - theta).T, noise.T).T  # X (I - Theta) = E
+    x = torch.from_numpy(x)
+    return SimulatedData(torch.from_numpy(adj), torch.from_numpy(theta), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
+
+
+def load_csv(path) -> tuple[Tensor, list[str]]:
+    """``(data [N, d] float64, names)`` from a CSV file with a header row of variable names and one column per variable."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"load_csv: no such file {str(path)!r}")
+    with path.open(newline="") as f:
+        lines = [row for row in csv.reader(f) if row]
+    if not lines:
+        raise ValueError(f"load_csv: {str(path)!r} is empty; expected a header row of variable names")
+    names, rows = [n.strip() for n in lines[0]], lines[1:]
+    if len(names) < 2:
+        raise ValueError(f"load_csv: need at least 2 columns (variables); got {len(names)} in {str(path)!r}")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"load_csv: duplicate column names {dup} in {str(path)!r}")
+    if len(rows) < 2:
+        raise ValueError(f"load_csv: need at least 2 data rows; got {len(rows)} in {str(path)!r}")
+    values = np.empty((len(rows), len(names)))
+    for r, row in enumerate(rows, start=1):
+        if len(row) != len(names):
+            raise ValueError(f"load_csv: data row {r} has {len(row)} cells, the header has {len(names)}")
+        for c, cell in enumerate(row):
+            try:
+                value = float(cell) if cell.strip() else math.nan
+            except ValueError:
+                raise ValueError(f"load_csv: non-numeric cell {cell!r} in column {names[c]!r}, data row {r}") from None
+            if math.isnan(value):
+                raise ValueError(f"load_csv: missing value (empty or NaN) in column {names[c]!r}, first at data row {r}")
+            if math.isinf(value):
+                raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r}")
+            values[r - 1, c] = value
+    return torch.from_numpy(values), names

@@ -1,0 +1,272 @@
+"""The JSP-GFN network (Deleu et al. 2023, section 3.3 and appendix; ``reference_facts.md`` 4.2): one
+graph-network pass and a self-attention layer over the ``d`` nodes of a DAG, then edge and stop logits
+for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \\mid G)`.
+
+Conventions: ``adj [B, d, d]`` is a float 0/1 adjacency with ``adj[b, i, j] = 1`` for the edge
+:math:`i \\to j` (``i`` is a parent of ``j``), and ``theta[b, i, j]`` is the weight of that edge, so
+column ``theta[b, :, j]`` holds the weights of the parents of ``X_j``. All graphs of a batch have the
+same ``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding,
+no scatter).
+
+Parameter heads (registry :data:`THETA_HEADS`):
+
+- ``"diag"`` (``lingauss_diag``): :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)`
+  independently on the edges of ``G``;
+- ``"full"`` (``lingauss_full``): :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})`
+  per child ``j``, with :math:`U_j` an upper-triangular factor of the precision.
+
+:func:`theta_log_prob` is a density w.r.t. Lebesgue measure on the *active* coordinates
+:math:`\\{\\theta_{ij} : A_{ij} = 1\\}` only (dimension :math:`|E(G)|`), and :func:`theta_rsample`
+draws reparametrised samples that are exactly 0 off the edges.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork", "theta_log_prob", "theta_rsample"]
+
+LOG_2PI = math.log(2 * math.pi)
+
+
+def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
+    """Haiku's ``MLP([hidden, n_out])``: Linear, ReLU, Linear (no final activation)."""
+    return nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
+
+
+def _zero_last(net: nn.Sequential) -> nn.Sequential:
+    nn.init.zeros_(net[-1].weight)
+    nn.init.zeros_(net[-1].bias)
+    return net
+
+
+class JSPOutputs(NamedTuple):
+    """Everything the network says about a batch of graphs.
+
+    Attributes:
+        edge_logits: ``[B, d, d]``, :math:`u_i \\cdot v_j`, the logit of adding :math:`i \\to j` (unmasked).
+        stop_logit: ``[B]``, the logit of stopping at ``G``.
+        theta_loc: ``[B, d, d]``, :math:`\\mu_{ij}`, zero off the edges.
+        theta_scale: ``[B, d, d]``, :math:`\\sigma_{ij} > 0` everywhere ("diag"; the caller masks), ``None`` for "full".
+        theta_prec_chol: ``[B, d(child j), d, d]``, :math:`U_j` with :math:`\\Sigma_j^{-1} = U_j^\\top U_j`
+            ("full"), ``None`` for "diag".
+    """
+
+    edge_logits: Tensor
+    stop_logit: Tensor
+    theta_loc: Tensor
+    theta_scale: Optional[Tensor]
+    theta_prec_chol: Optional[Tensor]
+
+
+class JSPBackbone(nn.Module):
+    """Node and global features of a DAG: :math:`(h_i)_{i \\le d}, g = \\mathrm{LN}(\\mathrm{MHA}(\\mathrm{GN}(A)))` (``reference_facts.md`` 4.2).
+
+    Inputs: node features :math:`x_i = \\mathrm{Embed}(i)`, one learned edge feature :math:`e` shared by every
+    edge, globals :math:`g_0 = 0`. One graph-network pass (Battaglia et al. 2018, the order of ``jraph.GraphNetwork``):
+
+    .. math::
+        m_{ij} = \\phi_e(e, x_i, x_j) \\text{ for } A_{ij} = 1, \\qquad
+        x'_i = \\phi_x\\Big(x_i, \\textstyle\\sum_j A_{ij} m_{ij}, \\sum_j A_{ji} m_{ji}\\Big), \\qquad
+        g = \\phi_g\\Big(\\textstyle\\sum_i x'_i, \\sum_{ij} A_{ij} m_{ij}\\Big),
+
+    i.e. each node sees the sum of its outgoing (sent) and of its incoming (received) messages, and the
+    globals the sums over nodes and edges (jraph's default ``segment_sum`` aggregations). The initial
+    globals are 0, so their columns of the first layers multiply zeros: they are left out (the same function).
+
+    The inputs of the pass do not depend on ``G`` (embeddings, one shared edge feature, zero globals), so the
+    message :math:`m_{ij}` of a pair is the same in every graph: the ``d x d`` table of messages is computed
+    once per call (``d^2`` rows instead of ``B d^2``) and ``G`` only selects which of them are summed,
+    :math:`\\sum_j A_{ij} m_{ij}` being a batched matrix product with ``adj``.
+
+    Then a multi-head self-attention over the nodes (one Linear to the per-head queries, keys and values,
+    scaled dot products, an output Linear) and LayerNorm on nodes and, separately, on globals. As in the
+    JAX code there is no residual: the LayerNorm takes the attention output itself.
+
+    Args:
+        d: number of nodes.
+        hidden: feature width ``h``.
+        n_heads, key_size: attention heads and their key (= value) size.
+    """
+
+    def __init__(self, d: int, hidden: int = 128, n_heads: int = 4, key_size: int = 32):
+        super().__init__()
+        self.d, self.hidden, self.n_heads, self.key_size = d, hidden, n_heads, key_size
+        self.embed = nn.Embedding(d, hidden)
+        nn.init.trunc_normal_(self.embed.weight, std=1.0, a=-2.0, b=2.0)
+        self.edge_feature = nn.Parameter(nn.init.trunc_normal_(torch.empty(hidden), std=1.0, a=-2.0, b=2.0))
+        self.edge_mlp = _mlp(3 * hidden, hidden, hidden)  # input (edge, sender, receiver)
+        self.node_mlp = _mlp(3 * hidden, hidden, hidden)  # input (node, sent sum, received sum)
+        self.global_mlp = _mlp(2 * hidden, hidden, hidden)  # input (node sum, edge sum)
+        self.qkv = nn.Linear(hidden, 3 * n_heads * key_size)
+        self.attn_out = nn.Linear(n_heads * key_size, hidden)
+        self.node_norm = nn.LayerNorm(hidden)
+        self.global_norm = nn.LayerNorm(hidden)
+
+    def graph_network(self, adj: Tensor) -> tuple[Tensor, Tensor]:
+        """The graph-network pass alone: ``adj [B, d, d] -> (nodes [B, d, h], globals [B, h])``."""
+        d, h = self.d, self.hidden
+        x = self.embed.weight  # [d, h]
+        pairs = torch.cat([self.edge_feature.expand(d, d, h), x[:, None].expand(d, d, h), x[None].expand(d, d, h)], -1)
+        messages = self.edge_mlp(pairs)  # [d(i), d(j), h]: m_ij, the same for every graph
+        adj = adj.to(x.dtype)
+        sent = torch.einsum("bij,ijh->bih", adj, messages)  # [B, d, h]: sum over the edges i -> j leaving i
+        received = torch.einsum("bij,ijh->bjh", adj, messages)  # [B, d, h]: sum over the edges i -> j entering j
+        nodes = self.node_mlp(torch.cat([x.expand(len(adj), d, h), sent, received], -1))  # [B, d, h]
+        return nodes, self.global_mlp(torch.cat([nodes.sum(1), sent.sum(1)], -1))  # sent.sum(1): sum over all edges
+
+    def forward(self, adj: Tensor) -> tuple[Tensor, Tensor]:
+        """``adj [B, d, d] -> (nodes [B, d, h], globals [B, h])``."""
+        nodes, glob = self.graph_network(adj)
+        B, d, H, k = len(adj), self.d, self.n_heads, self.key_size
+        q, key, v = self.qkv(nodes).view(B, d, 3, H, k).unbind(2)  # each [B, d, H, k]
+        att = torch.softmax(torch.einsum("bihk,bjhk->bhij", q, key) / math.sqrt(k), -1)  # [B, H, d, d]
+        mixed = torch.einsum("bhij,bjhk->bihk", att, v).reshape(B, d, H * k)
+        return self.node_norm(self.attn_out(mixed)), self.global_norm(glob)
+
+
+class DiagGaussianHead(nn.Module):
+    """``lingauss_diag``: :math:`(\\mu_{\\cdot j}, \\rho_{\\cdot j}) = W\\,\\mathrm{ReLU}(L[h_j, g])`, :math:`\\sigma = \\mathrm{softplus}(\\rho)`.
+
+    Per child ``j`` the ``2d`` outputs are the locations and raw scales of column :math:`\\theta_{\\cdot j}`
+    (one per potential parent ``i``). ``W`` is zero-initialised, so at initialisation :math:`\\mu = 0` and
+    :math:`\\sigma = \\log 2`. Returns ``(loc * adj, scale, None)``, each ``[B, d(i), d(j)]``.
+    """
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.d = d
+        self.net = _zero_last(nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2 * d)))
+
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, None]:
+        out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d(j), 2d]
+        raw_loc, raw_scale = out.transpose(1, 2).split(self.d, dim=1)  # each [B, d(i), d(j)]
+        return raw_loc * adj, F.softplus(raw_scale), None
+
+
+class FullGaussianHead(nn.Module):
+    """``lingauss_full``: per child ``j``, :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})` on its parents.
+
+    ``MLP([h, d + d(d+1)/2])`` of the node features :math:`h_j` (only; as in the JAX code) gives :math:`\\mu_j`
+    (masked to the parents :math:`P_j`) and the upper triangle :math:`R_j` of a ``d x d`` matrix, and
+
+    .. math:: (U_j)_{aa} = \\mathrm{softplus}(R_{aa}) \\text{ if } a \\in P_j \\text{ else } 1, \\qquad
+       (U_j)_{ab} = R_{ab}\\, [a \\in P_j][b \\in P_j] \\quad (a < b).
+
+    Up to a permutation :math:`U_j = \\mathrm{diag}(U_{PP}, I)`, so the parent block has precision
+    :math:`U_{PP}^\\top U_{PP}` and the non-parent coordinates are untouched. The last layer is zero-initialised:
+    :math:`\\mu = 0`, parent diagonals :math:`\\log 2`. Returns ``(loc [B, d(i), d(j)], None, U [B, d(j), d, d])``.
+    """
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.d = d
+        self.net = _zero_last(_mlp(hidden, hidden, d + d * (d + 1) // 2))
+        self.register_buffer("triu", torch.triu_indices(d, d), persistent=False)  # [2, d(d+1)/2]
+        self.register_buffer("diag_at", (self.triu[0] == self.triu[1]).nonzero().squeeze(1), persistent=False)  # [d]
+
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, None, Tensor]:
+        d = self.d
+        out = self.net(nodes)  # [B, d(j), d + d(d+1)/2]
+        parents = adj.transpose(1, 2)  # [B, d(j), d(i)]
+        rows, cols = self.triu
+        packed = out[..., d:]  # [B, j, d(d+1)/2]: R_ab for a <= b
+        pairs = (parents[..., :, None] * parents[..., None, :])[..., rows, cols]  # [B, j, d(d+1)/2]: [a, b in P_j]
+        U = out.new_zeros(*out.shape[:2], d, d)  # [B, j, d, d]
+        U[..., rows, cols] = packed * pairs
+        U.diagonal(dim1=-2, dim2=-1).copy_(torch.where(parents > 0, F.softplus(packed[..., self.diag_at]), 1.0))
+        return (out[..., :d] * parents).transpose(1, 2), None, U
+
+
+THETA_HEADS = {"diag": DiagGaussianHead, "full": FullGaussianHead}
+"""``model`` name of the JAX code -> parameter head."""
+
+
+class JSPNetwork(nn.Module):
+    """:class:`JSPBackbone`, then :math:`\\ell_{ij} = u_i \\cdot v_j` with :math:`u = \\mathrm{MLP}_s(h)`,
+    :math:`v = \\mathrm{MLP}_r(h)`, the stop logit :math:`\\mathrm{MLP}[h, 1](g)` and a :data:`THETA_HEADS` head.
+
+    The JAX code multiplies both logits by the training-set size ``N`` before the softmax
+    (``reference_facts.md`` 4.2); that scaling, and the masking of invalid edges, belong to the caller.
+
+    Args:
+        d: number of nodes.
+        hidden: feature width.
+        model: ``"diag"`` or ``"full"``.
+        n_heads, key_size: of the attention layer.
+    """
+
+    def __init__(self, d: int, hidden: int = 128, model: str = "diag", n_heads: int = 4, key_size: int = 32):
+        super().__init__()
+        if model not in THETA_HEADS:
+            raise ValueError(f"model must be one of {sorted(THETA_HEADS)}, got {model!r}")
+        self.d, self.model = d, model
+        self.backbone = JSPBackbone(d, hidden, n_heads, key_size)
+        self.senders = _mlp(hidden, hidden, hidden)
+        self.receivers = _mlp(hidden, hidden, hidden)
+        self.stop = _mlp(hidden, hidden, 1)
+        self.theta_head = THETA_HEADS[model](d, hidden)
+
+    def forward(self, adj: Tensor) -> JSPOutputs:
+        """``adj [B, d, d]`` (float 0/1) -> :class:`JSPOutputs`."""
+        nodes, glob = self.backbone(adj)  # [B, d, h], [B, h]
+        adj = adj.to(nodes.dtype)
+        edge_logits = self.senders(nodes) @ self.receivers(nodes).transpose(1, 2)  # [B, d, d]
+        return JSPOutputs(edge_logits, self.stop(glob).squeeze(-1), *self.theta_head(nodes, glob, adj))
+
+
+def theta_log_prob(out: JSPOutputs, adj: Tensor, theta: Tensor) -> Tensor:
+    """:math:`\\log P_\\phi(\\theta \\mid G)` w.r.t. Lebesgue measure on the active coordinates :math:`\\{\\theta_{ij} : A_{ij} = 1\\}`.
+
+    "diag": :math:`\\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; \\mu_{ij}, \\sigma_{ij}^2)`.
+    "full": with :math:`k_j` parents of ``j`` and :math:`\\delta_j = (\\theta_{\\cdot j} - \\mu_j)` masked to them,
+
+    .. math:: \\sum_j -\\tfrac12\\Big(k_j \\log 2\\pi - 2 \\sum_{a \\in P_j} \\log (U_j)_{aa} + \\|U_j \\delta_j\\|^2\\Big).
+
+    A non-parent row ``a`` of :math:`U_j` is :math:`e_a^\\top` (unit diagonal, off-diagonals only between parents),
+    so it adds :math:`(\\delta_j)_a = 0` to the norm and :math:`\\log 1 = 0` to the log-determinant; the
+    parent rows have zeros in non-parent columns. Hence the sum may run over all ``d`` rows and is the
+    Gaussian density of the parent block with precision :math:`U_{PP}^\\top U_{PP}`.
+
+    Args:
+        out: the network's outputs for the graphs ``adj``.
+        adj: ``[B, d, d]``, the same graphs.
+        theta: ``[B, d, d]`` or ``[S, B, d, d]``; entries off the edges are ignored (whatever their value, NaN included).
+
+    Returns:
+        ``[B]`` or ``[S, B]``.
+    """
+    loc = out.theta_loc  # [B, d, d]
+    adj = adj.to(loc.dtype)
+    theta = torch.where(adj > 0, theta, loc)  # off the edges theta - loc = 0 exactly
+    if out.theta_prec_chol is None:
+        scale = torch.where(adj > 0, out.theta_scale, 1.0)  # off the edges a scale may have underflowed to 0: no 0/0
+        z = (theta - loc) / scale
+        return ((-0.5 * (z.square() + LOG_2PI) - scale.log()) * adj).sum((-2, -1))
+    B, d = adj.shape[:2]
+    delta = (theta - loc).reshape(-1, B, d, d)  # [S, B, d(i), d(j)], zero off the edges
+    z = torch.einsum("bjac,sbcj->sbja", out.theta_prec_chol, delta)  # [S, B, j, d]: U_j delta_j
+    log_det = out.theta_prec_chol.diagonal(dim1=-2, dim2=-1).log().sum((-2, -1))  # [B]; non-parent diagonals are 1
+    log_p = -0.5 * (adj.sum((-2, -1)) * LOG_2PI + z.square().sum((-2, -1))) + log_det  # [S, B]
+    return log_p.reshape(theta.shape[:-2])
+
+
+def theta_rsample(out: JSPOutputs, adj: Tensor, n_samples: int) -> Tensor:
+    """Reparametrised :math:`\\theta \\sim P_\\phi(\\cdot \\mid G)`, ``[S, B, d, d]``, exactly 0 off the edges.
+
+    "diag": :math:`\\theta = \\mu + \\sigma\\varepsilon`. "full": :math:`\\theta_{\\cdot j} = \\mu_j + U_j^{-1}\\varepsilon_j`
+    (a triangular solve, one per ``(b, j)`` for all ``S`` samples at once), since
+    :math:`\\mathrm{Cov}(U^{-1}\\varepsilon) = (U^\\top U)^{-1}`. :math:`\\varepsilon \\sim \\mathcal N(0, I)` from torch's global generator.
+    """
+    loc = out.theta_loc  # [B, d, d]
+    adj = adj.to(loc.dtype)
+    if out.theta_prec_chol is None:
+        eps = torch.randn((n_samples, *loc.shape), dtype=loc.dtype, device=loc.device)  # [S, B, d, d]
+        return (loc + out.theta_scale * eps) * adj
+    eps = torch.randn((*loc.shape, n_samples), dtype=loc.dtype, device=loc.device)  # [B, d(j), d, S]
+    noise = torch.linalg.solve_triangular(out.theta_prec_chol, eps, upper=True)  # [B, j, d(i), S]
+    return (loc + noise.permute(3, 0, 2, 1)) * adj

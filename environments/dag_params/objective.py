@@ -1,0 +1,110 @@
+"""JSP-GFN training pieces (Deleu et al. 2023, Algorithm 1): parallel graph builders and the transition loss.
+
+- :class:`ParallelEnvs`: ``n`` graphs grown edge by edge under the behaviour policy
+  :math:`(1 - \\epsilon) P_F + \\epsilon U` (``U`` uniform over the valid edges and stop), their valid-edge
+  masks kept incrementally from the transitive closure (one outer product per added edge). A graph that stops
+  restarts from the empty graph. Only edge transitions are kept (for the replay buffer); :math:`\\theta` is
+  never stored.
+- :func:`transition_loss`: for replayed transitions :math:`G \\to G'`, fresh :math:`\\theta_j \\sim P_\\phi(\\cdot|G)` and
+  :math:`\\theta'_i \\sim P_\\phi(\\cdot|G')` (``S`` each), the undirected-path SubTB residual of the core
+  (:func:`~gflownet_measure.losses.undirected_subtb_residual`, eq. 6) on all ``S x S`` pairs, scaled by
+  :math:`1/N` and penalised with Huber (eq. 8); optionally the length-2 penalty of eq. C.21.
+  The reward difference and the :math:`\\theta` at which :math:`P_\\phi` is evaluated carry no gradient.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from gflownet_measure.losses import huber, length2_penalty, undirected_subtb_residual
+from gflownet_measure.policies import Policy
+
+from .dags import add_edge_closure, valid_edges
+from .network import theta_log_prob, theta_rsample
+from .policy import JSPPolicy, action_log_probs, rows_of
+from .space import split
+
+__all__ = ["ParallelEnvs", "transition_loss"]
+
+
+class ParallelEnvs:
+    """``n`` DAGs on ``d`` nodes built one edge at a time (Algorithm 1's environments), masks updated incrementally."""
+
+    def __init__(self, n: int, d: int, max_parents: int | None = None):
+        self.d, self.max_parents = d, max_parents
+        self.adj = torch.zeros(n, d, d, dtype=torch.bool)
+        self.reach = torch.eye(d, dtype=torch.bool).expand(n, d, d).clone()
+
+    @torch.no_grad()
+    def step(self, policy: JSPPolicy, epsilon: float) -> tuple[Tensor, Tensor]:
+        """One move of every graph; returns the edge transitions ``(G [M, d, d], G' [M, d, d])`` made (stops excluded).
+
+        With probability ``epsilon`` a graph moves uniformly among its valid edges and stop
+        (``reference_facts.md`` 4.5), otherwise with :math:`P_F`.
+        """
+        n, d = self.adj.shape[0], self.d
+        valid = valid_edges(self.adj, self.reach, self.max_parents)
+        log_edge, log_stop = action_log_probs(policy.network(self.adj.to(policy.network_dtype)), valid)
+        probs = torch.cat([log_edge.flatten(1), log_stop[:, None]], 1).exp()
+        uniform = torch.cat([valid.flatten(1), torch.ones(n, 1, dtype=torch.bool)], 1).to(probs.dtype)
+        explore = torch.rand(n) < epsilon
+        probs = torch.where(explore[:, None], uniform / uniform.sum(1, keepdim=True), probs)
+        action = torch.multinomial(probs, 1)[:, 0]
+        stop = action == d * d
+        moved = (~stop).nonzero()[:, 0]
+        u, v = action[moved] // d, action[moved] % d
+        before = self.adj[moved].clone()
+        self.adj[moved, u, v] = True
+        self.reach[moved] = add_edge_closure(self.reach[moved], u, v)
+        after = self.adj[moved].clone()
+        self.adj[stop] = False
+        self.reach[stop] = torch.eye(d, dtype=torch.bool)
+        return before, after
+
+
+def _sampled_terms(policy: JSPPolicy, log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_samples: int, with_penalty: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``."""
+    S, B = n_samples, adj.shape[0]
+    with torch.no_grad():
+        theta = theta_rsample(out, adj, S)  # [S, B, d, d]
+    adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
+    if with_penalty:
+        theta = theta.requires_grad_(True)
+    log_R = log_reward(adj_s, theta.flatten(0, 1)).reshape(S, B).to(log_stop.dtype)
+    log_q = theta_log_prob(out, adj, theta)  # [S, B]; gradients reach phi through the distribution only
+    pen = None
+    if with_penalty:
+        (g,) = torch.autograd.grad((log_R - log_q).sum(), theta, create_graph=True)
+        pen = length2_penalty(g * adj, adj.flatten(1).sum(1))
+    return log_R.detach(), log_stop + log_q, pen
+
+
+def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tensor, s_next: Tensor, n_samples: int, scale: float, delta: float = 1.0, penalty: bool = False) -> Tensor:
+    """Eq. 8 of JSP-GFN on transitions ``s -> s_next`` (intermediate states ``[B, D]``), averaged over transitions and pairs.
+
+    .. math:: \\mathcal L = \\frac{1}{B S^2} \\sum_b \\sum_{i, j} \\mathrm{Huber}_\\delta(\\Delta_{ij} / N)
+       \\;\\big[+\\; \\tfrac12 (\\mathrm{pen}(G) + \\mathrm{pen}(G'))\\big]
+
+    with :math:`\\Delta_{ij}` the residual of :func:`~gflownet_measure.losses.undirected_subtb_residual` for
+    :math:`\\theta_j` at :math:`G` and :math:`\\theta'_i` at :math:`G'`, ``scale`` = :math:`N`, and
+    :math:`\\log P_B(G | G')` from ``pb`` (uniform over the edges of :math:`G'`). ``log_reward(adj, theta) -> [B]``
+    (a mini-batch estimate when the data are sub-sampled: the same rows for both ends).
+    """
+    d = policy.kernel.d
+    adj, _, _ = split(s, d)
+    adj_next, _, _ = split(s_next, d)
+    B = adj.shape[0]
+    out, log_edge, log_stop = policy.heads(torch.cat([adj, adj_next]))
+    here, there = rows_of(out, slice(0, B)), rows_of(out, slice(B, 2 * B))
+    added = (adj_next & ~adj).flatten(1).to(torch.int8).argmax(1)
+    log_pf_edge = log_edge[:B].flatten(1).gather(1, added[:, None])[:, 0]
+    log_pb_edge = pb(s_next).log_prob(s, torch.zeros(B, dtype=torch.bool)).to(log_pf_edge.dtype)
+    log_R, log_pf_stop, pen = _sampled_terms(policy, log_reward, here, adj, log_stop[:B], n_samples, penalty)
+    log_R_next, log_pf_stop_next, pen_next = _sampled_terms(policy, log_reward, there, adj_next, log_stop[B:], n_samples, penalty)
+    delta_ij = undirected_subtb_residual(log_R[None], log_pf_stop[None], log_pf_edge, log_pb_edge, log_R_next[:, None], log_pf_stop_next[:, None])  # [S', S, B]
+    loss = huber(delta_ij / scale, delta).mean()
+    if penalty:
+        loss = loss + 0.5 * (pen + pen_next).mean()
+    return loss

@@ -1,0 +1,113 @@
+"""The JSP-GFN forward policy as a density w.r.t. the DAG x Theta kernel (Deleu et al. 2023, eq. 9-12).
+
+At an intermediate state :math:`(G, \\#)`, with the backbone's stop logit ``s`` and edge logits
+:math:`u_i \\cdot v_j` (:mod:`~environments.dag_params.network`):
+
+.. math:: P_F(G + (i \\to j) \\mid G) = \\sigma(-s)\\, \\frac{M_{ij} e^{u_i \\cdot v_j}}{\\sum_{kl} M_{kl} e^{u_k \\cdot v_l}}, \\qquad
+   P_F((G, \\theta) \\mid G) = \\sigma(s)\\, P_\\phi(\\theta \\mid G)
+
+w.r.t. counting measure on the valid edges (mask ``M``) and Lebesgue measure on :math:`\\Theta_G`
+(:class:`~environments.dag_params.space.EdgeWeightsChart`, log-Jacobian 0). Where no edge can be added,
+:math:`P(\\text{stop} \\mid G) = 1`. :math:`P_\\phi(\\theta | G)` is the diagonal or full-covariance Normal of the
+network's parameter head. At :math:`(G, \\theta)` the only move is the sink, with probability one.
+
+:func:`action_log_probs` is the one place these probabilities are formed: the kernel density of
+:class:`JSPPolicy` (rollouts, checks) and the transition loss of :mod:`~environments.dag_params.objective` both call it.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.distributions import Distribution, constraints
+
+from gflownet_measure.policies import Policy
+
+from .dags import transitive_closure, valid_edges
+from .network import JSPNetwork, JSPOutputs, theta_log_prob, theta_rsample
+from .space import DagKernel, pack, split, unpack
+
+__all__ = ["action_log_probs", "rows_of", "PackedTheta", "JSPPolicy"]
+
+
+def action_log_probs(out: JSPOutputs, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """``(log P(G + (i -> j) | G) [B, d, d], log P(stop | G) [B])`` (eq. 9-10); invalid edges get ``-inf``.
+
+    .. math:: \\log P(\\text{stop}|G) = \\log\\sigma(s) \\;(0 \\text{ if no edge is valid}),\\quad
+       \\log P(i \\to j | G) = \\log\\sigma(-s) + \\log\\mathrm{softmax}_{M}(u \\cdot v)_{ij}
+    """
+    B, d, _ = valid.shape
+    flat = valid.flatten(1)
+    any_valid = flat.any(1)
+    ninf = torch.tensor(float("-inf"), dtype=out.edge_logits.dtype)
+    logits = torch.where(flat, out.edge_logits.flatten(1), ninf)
+    edges = torch.log_softmax(torch.where(any_valid[:, None], logits, torch.zeros_like(logits)), 1) + F.logsigmoid(-out.stop_logit)[:, None]
+    edges = torch.where(flat, edges, ninf)
+    stop = torch.where(any_valid, F.logsigmoid(out.stop_logit), torch.zeros_like(out.stop_logit))
+    return edges.reshape(B, d, d), stop
+
+
+def rows_of(out: JSPOutputs, rows: Tensor) -> JSPOutputs:
+    return JSPOutputs(*(None if v is None else v[rows] for v in out))
+
+
+class PackedTheta(Distribution):
+    """:math:`P_\\phi(\\theta | G)` on the ``k`` active coordinates (:func:`~environments.dag_params.space.pack` order) of rows whose graphs have ``k`` edges
+    (other rows get values of the right shape and no meaning).
+
+    A view of the dense masked density of :func:`~environments.dag_params.network.theta_log_prob` /
+    :func:`~environments.dag_params.network.theta_rsample`: densities w.r.t. Lebesgue measure on :math:`\\mathbb R^k`.
+    """
+
+    arg_constraints: dict = {}
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(self, out: JSPOutputs, adj: Tensor, k: int):
+        self.out, self.adj, self.k = out, adj, k
+        super().__init__(batch_shape=adj.shape[:1], event_shape=(k,), validate_args=False)
+
+    def rsample(self, sample_shape=torch.Size()) -> Tensor:
+        n = math.prod(sample_shape)
+        u = pack(theta_rsample(self.out, self.adj, max(n, 1)), self.adj, self.k)  # [n, B, k]
+        return u.reshape(*sample_shape, *u.shape[1:]) if sample_shape else u[0]
+
+    def sample(self, sample_shape=torch.Size()) -> Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return theta_log_prob(self.out, self.adj, unpack(value.to(self.out.stop_logit.dtype), self.adj))
+
+
+def _theta_rows(out: JSPOutputs, adj: Tensor, k: int, rows: Tensor) -> Distribution:
+    return PackedTheta(rows_of(out, rows), adj[rows], k)
+
+
+class JSPPolicy(Policy):
+    """:math:`P_F` of the module docstring on :class:`~environments.dag_params.space.DagKernel` (one backbone call per batch of states)."""
+
+    def __init__(self, kernel: DagKernel, network: JSPNetwork):
+        super().__init__(kernel)
+        self.network = network
+
+    def heads(self, adj: Tensor) -> tuple[JSPOutputs, Tensor, Tensor]:
+        """The network outputs and :func:`action_log_probs` at graphs ``adj [B, d, d]`` (the valid edges from their closure)."""
+        out = self.network(adj.to(self.network_dtype))
+        return (out, *action_log_probs(out, valid_edges(adj, transitive_closure(adj), self.kernel.max_parents)))
+
+    @property
+    def network_dtype(self) -> torch.dtype:
+        return next(self.network.parameters()).dtype
+
+    def parameters_at(self, s, measure):
+        d = self.kernel.d
+        adj, _, _ = split(s, d)
+        out, log_edge, log_stop = self.heads(adj)
+        B = len(s)
+        n_pieces = len(measure.pieces)
+        logits = torch.cat([log_edge.flatten(1), log_stop[:, None], torch.zeros(B, 1, dtype=log_stop.dtype), log_stop[:, None].expand(B, n_pieces)], 1)
+        return logits, [functools.partial(_theta_rows, out, adj, p.chart.k) for p in measure.pieces]

@@ -1,0 +1,293 @@
+"""The JSP-GFN network (Deleu et al. 2023; ``reference_facts.md`` 4.2): shapes, the graph-network pass against a
+per-edge loop, permutation equivariance, and the density of theta (normalised, sampled, masked, differentiable)."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributions import MultivariateNormal, Normal
+
+from environments.dag_params.network import JSPNetwork, JSPOutputs, theta_log_prob, theta_rsample
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MODELS = ["diag", "full"]
+
+# d = 3: one edge 0 -> 2; two edges into the same child 0 -> 2, 1 -> 2; two edges into different children 2 -> 0, 2 -> 1.
+GRAPHS = torch.zeros(3, 3, 3, dtype=torch.float64)
+GRAPHS[0, 0, 2] = 1
+GRAPHS[1, 0, 2] = GRAPHS[1, 1, 2] = 1
+GRAPHS[2, 2, 0] = GRAPHS[2, 2, 1] = 1
+
+
+def make_net(d: int, model: str, hidden: int = 16, seed: int = 0, perturb: bool = True) -> JSPNetwork:
+    """A float64 network; ``perturb`` moves the theta head's last layer away from its zero initialisation."""
+    torch.manual_seed(seed)
+    net = JSPNetwork(d, hidden, model, n_heads=2, key_size=8).double()
+    if perturb:
+        with torch.no_grad():
+            last = net.theta_head.net[-1]
+            last.weight.normal_(0.0, 0.3)
+            last.bias.normal_(0.0, 0.5)
+    return net
+
+
+def random_dags(B: int, d: int, p: float = 0.5, seed: int = 0) -> torch.Tensor:
+    """``[B, d, d]`` float64 DAGs: a random upper-triangular graph relabelled by a random permutation."""
+    g = torch.Generator().manual_seed(seed)
+    upper = (torch.rand(B, d, d, generator=g) < p).double().triu(1)
+    perm = torch.stack([torch.randperm(d, generator=g) for _ in range(B)])
+    P = F.one_hot(perm, d).double()  # [B, d, d]
+    return P.transpose(1, 2) @ upper @ P
+
+
+def gaussian_blocks(out: JSPOutputs, adj: torch.Tensor, b: int):
+    """The exact law of graph ``b``'s active entries: their ``(i, j)`` list, mean ``[k]`` and covariance ``[k, k]``.
+
+    "full": the covariance of column ``j`` is :math:`(U_j^\\top U_j)^{-1}` (the full ``d x d`` inverse) restricted to the
+    parents; columns are independent, so the joint covariance is block diagonal.
+    """
+    edges = [tuple(e) for e in adj[b].nonzero().tolist()]
+    mean = torch.stack([out.theta_loc[b, i, j] for i, j in edges])
+    cov = torch.zeros(len(edges), len(edges), dtype=mean.dtype)
+    for r, (i, j) in enumerate(edges):
+        for c, (k, m) in enumerate(edges):
+            if m != j:
+                continue
+            if out.theta_prec_chol is None:
+                cov[r, c] = out.theta_scale[b, i, j] ** 2 if i == k else 0.0
+            else:
+                U = out.theta_prec_chol[b, j]
+                cov[r, c] = torch.linalg.inv(U.T @ U)[i, k]
+    return edges, mean, cov
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_output_shapes(model):
+    """B = 3, d = 4 in float32: every output's shape, and theta densities for ``[B, d, d]`` and ``[S, B, d, d]``."""
+    torch.manual_seed(0)
+    B, d, S = 3, 4, 5
+    net = JSPNetwork(d, 32, model)
+    adj = random_dags(B, d).float()
+    out = net(adj)
+    assert out.edge_logits.shape == (B, d, d) and out.stop_logit.shape == (B,) and out.theta_loc.shape == (B, d, d)
+    if model == "diag":
+        assert out.theta_scale.shape == (B, d, d) and out.theta_prec_chol is None
+    else:
+        assert out.theta_scale is None and out.theta_prec_chol.shape == (B, d, d, d)
+    theta = theta_rsample(out, adj, S)
+    assert theta.shape == (S, B, d, d) and theta.dtype == torch.float32
+    assert theta_log_prob(out, adj, theta).shape == (S, B) and theta_log_prob(out, adj, theta[0]).shape == (B,)
+    # edge logits are u_i . v_j of the sender and receiver MLPs
+    nodes, _ = net.backbone(adj)
+    u, v = net.senders(nodes), net.receivers(nodes)
+    assert torch.allclose(out.edge_logits[1, 2, 3], u[1, 2] @ v[1, 3], atol=1e-5)
+
+
+def test_unknown_model_is_rejected():
+    with pytest.raises(ValueError, match="model"):
+        JSPNetwork(3, 8, "lowrank")
+
+
+def test_graph_network_matches_a_loop_over_edges():
+    """The message table selected by ``adj`` equals the textbook pass: phi_e on concat(e, x_i, x_j) per edge, phi_x on
+    (x_i, sum of sent, sum of received), phi_g on (sum of nodes, sum of edges)."""
+    d = 4
+    bb = make_net(d, "diag", hidden=8).backbone
+    adj = random_dags(3, d, seed=1)
+    nodes, glob = bb.graph_network(adj)
+    x, e = bb.embed.weight, bb.edge_feature
+    for b in range(len(adj)):
+        sent, received, edge_sum = torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(e)
+        for i, j in adj[b].nonzero().tolist():
+            m = bb.edge_mlp(torch.cat([e, x[i], x[j]]))
+            sent[i], received[j], edge_sum = sent[i] + m, received[j] + m, edge_sum + m
+        ref_nodes = bb.node_mlp(torch.cat([x, sent, received], -1))
+        assert torch.allclose(nodes[b], ref_nodes, atol=1e-12)
+        assert torch.allclose(glob[b], bb.global_mlp(torch.cat([ref_nodes.sum(0), edge_sum])), atol=1e-12)
+
+
+def test_attention_matches_scaled_dot_product_attention():
+    """The einsum attention equals torch's SDPA on the same per-head queries, keys and values (heads not mixed up)."""
+    bb = make_net(5, "diag").backbone
+    adj = random_dags(4, 5, seed=2)
+    nodes, glob = bb.graph_network(adj)
+    B, d, H, k = 4, 5, bb.n_heads, bb.key_size
+    q, key, v = bb.qkv(nodes).view(B, d, 3, H, k).permute(2, 0, 3, 1, 4)  # each [B, H, d, k]
+    mixed = F.scaled_dot_product_attention(q, key, v).transpose(1, 2).reshape(B, d, H * k)
+    ref_nodes, ref_glob = bb.node_norm(bb.attn_out(mixed)), bb.global_norm(glob)
+    out_nodes, out_glob = bb(adj)
+    assert torch.allclose(out_nodes, ref_nodes, atol=1e-12) and torch.allclose(out_glob, ref_glob, atol=1e-12)
+
+
+def test_edge_logits_are_permutation_equivariant():
+    """Relabelling the nodes (rows of the embedding table and of adj together) permutes the edge logits the same way
+    and leaves the stop logit unchanged; relabelling adj alone does not (so the check is not vacuous)."""
+    d = 5
+    net = make_net(d, "diag")
+    adj = random_dags(4, d, seed=3)
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    relabelled = copy.deepcopy(net)
+    with torch.no_grad():
+        relabelled.backbone.embed.weight.copy_(net.backbone.embed.weight[perm])
+    adj_p = adj[:, perm][:, :, perm]  # new node k is old node perm[k]
+    out, out_p = net(adj), relabelled(adj_p)
+    assert torch.allclose(out_p.edge_logits, out.edge_logits[:, perm][:, :, perm], atol=1e-10)
+    assert torch.allclose(out_p.stop_logit, out.stop_logit, atol=1e-10)
+    assert not torch.allclose(net(adj_p).edge_logits, out.edge_logits[:, perm][:, :, perm], atol=1e-3)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_initial_head_and_structure_of_U(model):
+    """Zero-initialised head: loc = 0, scales / parent diagonals = log 2. Perturbed: U is upper triangular, non-parent
+    diagonals are exactly 1, off-diagonals vanish unless both indices are parents of the child."""
+    d = 4
+    adj = random_dags(6, d, seed=4)
+    out = make_net(d, model, perturb=False)(adj)
+    assert torch.equal(out.theta_loc, torch.zeros_like(out.theta_loc))
+    if model == "diag":
+        assert torch.allclose(out.theta_scale, torch.full_like(out.theta_scale, math.log(2)))
+        return
+    parents = adj.transpose(1, 2)  # [B, j, i]
+    eye = torch.eye(d, dtype=adj.dtype)
+    initial_diag = torch.where(parents > 0, torch.full_like(parents, math.log(2)), torch.ones_like(parents))
+    assert torch.allclose(out.theta_prec_chol, torch.diag_embed(initial_diag))
+    U = make_net(d, model)(adj).theta_prec_chol  # [B, j, d, d]
+    assert torch.equal(U.tril(-1), torch.zeros_like(U))
+    assert torch.equal(U.diagonal(dim1=-2, dim2=-1)[parents == 0], torch.ones(int((parents == 0).sum()), dtype=U.dtype))
+    pairs = parents[..., :, None] * parents[..., None, :]
+    assert torch.equal((U * (1 - eye))[pairs == 0], torch.zeros(int((pairs == 0).sum()), dtype=U.dtype))
+    assert ((U * (1 - eye)).abs()[pairs.triu(1) > 0] > 0).all()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_head_outputs_of_node_j_parametrise_column_j(model):
+    """With the last layer's weight at 0 and bias ``c``, every node emits ``c``: the first ``d`` entries are the
+    locations of its column, so theta_loc[b, i, j] = c[i] adj[b, i, j] (a function of the parent i), and for "diag"
+    the scales are softplus(c[d + i])."""
+    d = 4
+    adj = random_dags(5, d, seed=10)
+    net = make_net(d, model, perturb=False)
+    c = torch.linspace(-1.0, 2.0, net.theta_head.net[-1].out_features, dtype=torch.float64)
+    with torch.no_grad():
+        net.theta_head.net[-1].bias.copy_(c)
+        out = net(adj)
+    assert torch.allclose(out.theta_loc, c[:d, None] * adj)
+    if model == "diag":
+        assert torch.allclose(out.theta_scale, F.softplus(c[d:, None]).expand(5, d, d))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_log_prob_is_the_gaussian_on_the_active_coordinates(model):
+    """theta_log_prob = log N(active entries; mean, cov) with the cov of :func:`gaussian_blocks`
+    (``MultivariateNormal``; "diag" also against a sum of ``Normal`` terms); the empty graph has log-density 0."""
+    net = make_net(3, model)
+    adj = torch.cat([GRAPHS, torch.zeros(1, 3, 3, dtype=torch.float64)])
+    out = net(adj)
+    theta = torch.randn(7, 4, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    log_p = theta_log_prob(out, adj, theta)  # [7, 4]
+    for b in range(3):
+        edges, mean, cov = gaussian_blocks(out, adj, b)
+        active = torch.stack([theta[:, b, i, j] for i, j in edges], -1)  # [7, k]
+        assert torch.allclose(log_p[:, b], MultivariateNormal(mean, cov).log_prob(active), atol=1e-10)
+        if model == "diag":
+            scales = torch.stack([out.theta_scale[b, i, j] for i, j in edges])
+            assert torch.allclose(log_p[:, b], Normal(mean, scales).log_prob(active).sum(-1), atol=1e-10)
+    assert torch.equal(log_p[:, 3], torch.zeros(7, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_density_integrates_to_one_over_the_active_coordinates(model):
+    """Trapezoidal quadrature of exp(theta_log_prob) over +-10 marginal standard deviations of the active entries:
+    one edge (a line) and two edges into one child (a plane, correlated for "full"). The other entries of the grid
+    points hold noise, which must not matter. A Gaussian's trapezoid error on such a grid is far below 1e-6."""
+    with torch.no_grad():
+        out = make_net(3, model)(GRAPHS)
+    for b in (0, 1):
+        edges, mean, cov = gaussian_blocks(out, GRAPHS, b)
+        axes = [torch.linspace(-10, 10, 401, dtype=torch.float64) * cov[r, r].sqrt() + mean[r] for r in range(len(edges))]
+        grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(edges))  # [M, k]
+        theta = torch.randn(len(grid), 3, 3, 3, dtype=torch.float64)  # [M, B, d, d]; noise off the active entries
+        for r, (i, j) in enumerate(edges):
+            theta[:, b, i, j] = grid[:, r]
+        density = theta_log_prob(out, GRAPHS, theta)[:, b].exp().reshape(*(len(a) for a in axes))
+        for a in reversed(axes):
+            density = torch.trapezoid(density, a, dim=-1)
+        assert abs(float(density) - 1.0) < 1e-6
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_rsample_has_the_mean_and_covariance_of_the_density(model):
+    """Monte Carlo moments of 20000 samples per graph against :func:`gaussian_blocks`, cross-child covariances
+    included. Tolerance: 5 standard errors of each estimator, sqrt(S_aa / n) for a mean and
+    sqrt((S_aa S_bb + S_ab^2) / n) for a second moment of a Gaussian; with a random seed each comparison would fail
+    with probability about 6e-7 (|z| > 5), about 2e-5 for the whole test. The seed is fixed, so it is deterministic."""
+    with torch.no_grad():
+        out = make_net(3, model)(GRAPHS)
+    n = 20000
+    torch.manual_seed(6)
+    samples = theta_rsample(out, GRAPHS, n)  # [n, B, d, d]
+    for b in range(3):
+        edges, mean, cov = gaussian_blocks(out, GRAPHS, b)
+        x = torch.stack([samples[:, b, i, j] for i, j in edges], -1)  # [n, k]
+        var = cov.diagonal()
+        assert ((x.mean(0) - mean).abs() < 5 * (var / n).sqrt()).all()
+        centred = x - mean
+        second = centred.T @ centred / n
+        se = ((var[:, None] * var[None, :] + cov.square()) / n).sqrt()
+        assert ((second - cov).abs() < 5 * se).all()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_samples_vanish_off_the_edges(model):
+    """Entries of theta_rsample where adj = 0 are exactly 0 (non-parents of "full" would otherwise carry eps)."""
+    adj = random_dags(8, 5, seed=7)
+    samples = theta_rsample(make_net(5, model)(adj), adj, 32)  # [32, 8, 5, 5]
+    assert (samples[:, adj == 0] == 0).all()
+    assert (samples[:, adj == 1] != 0).all()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_log_prob_ignores_values_off_the_edges(model):
+    """Writing noise, huge values or NaN at the non-edges leaves theta_log_prob (and its gradient) unchanged."""
+    adj = random_dags(8, 5, seed=8)
+    out = make_net(5, model)(adj)
+    theta = theta_rsample(out, adj, 4).detach()
+    reference = theta_log_prob(out, adj, theta)
+    for fill in (torch.randn_like(theta), torch.full_like(theta, 1e300), torch.full_like(theta, float("nan"))):
+        dirty = torch.where(adj > 0, theta, fill).requires_grad_(True)
+        log_p = theta_log_prob(out, adj, dirty)
+        assert torch.equal(log_p, reference)
+        (grad,) = torch.autograd.grad(log_p.sum(), dirty)
+        assert torch.isfinite(grad).all() and (grad[:, adj == 0] == 0).all()
+    if model == "diag":  # a scale that underflowed to 0 off the edges (softplus of a very negative output) is ignored too
+        underflowed = out._replace(theta_scale=torch.where(adj > 0, out.theta_scale, 0.0))
+        assert torch.equal(theta_log_prob(underflowed, adj, theta), reference)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_gradients_reach_the_network_through_reparametrised_samples(model):
+    """A reparametrised estimate of KL(P_phi(theta | G) || N(1, I)) on the active entries: every parameter on the
+    theta path gets a finite gradient, nonzero for the head's last layer and the node embeddings; the edge and stop
+    MLPs get none, nor (for "full", whose head reads node features only) the global MLP and LayerNorm. And gradcheck
+    of theta_log_prob through the head's last layer."""
+    adj = random_dags(8, 4, seed=9)
+    net = make_net(4, model)
+    out = net(adj)
+    theta = theta_rsample(out, adj, 16)
+    kl = (theta_log_prob(out, adj, theta) + 0.5 * ((theta - 1) ** 2 * adj).sum((-2, -1))).mean()
+    kl.backward()
+    off_path = ("senders", "receivers", "stop") + (("backbone.global_mlp", "backbone.global_norm") if model == "full" else ())
+    for name, p in net.named_parameters():
+        assert (p.grad is None) if name.startswith(off_path) else torch.isfinite(p.grad).all(), name
+    assert net.theta_head.net[-1].weight.grad.abs().sum() > 0 and net.backbone.embed.weight.grad.abs().sum() > 0
+
+    small = make_net(3, model, hidden=4)
+    bias = small.theta_head.net[-1].bias
+    point = theta_rsample(small(GRAPHS), GRAPHS, 2).detach()
+
+    def log_p(b):
+        return theta_log_prob(torch.func.functional_call(small, {"theta_head.net.2.bias": b}, (GRAPHS,)), GRAPHS, point)
+
+    assert torch.autograd.gradcheck(log_p, (bias.detach().clone().requires_grad_(True),))

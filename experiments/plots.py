@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels"]
+__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels"]
 
 
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
@@ -91,6 +91,24 @@ def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, f
         ax.set_xlim(extent[0], extent[1])
         ax.set_ylim(extent[2], extent[3])
         ax.set_title(name, fontsize=9)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str, bool]], path: Path, title: str) -> None:
+    """Side-by-side scatter plots ``(title, x, y, x label, y label, unit square)``, each with the line y = x."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
+    for ax, (name, x, y, xl, yl, unit) in zip(axes[0], panels):
+        x, y = np.asarray(x), np.asarray(y)
+        ax.scatter(x, y, s=8, alpha=0.6)
+        lo, hi = (0.0, 1.0) if unit else (float(min(x.min(), y.min())), float(max(x.max(), y.max())))
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=1, ls="--")
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -25,7 +25,7 @@ def test_list_names_every_experiment_and_environment(capsys):
         (["run", "hypergrid", "--set", "height=1"], "height=1 is out of range"),
         (["run", "hypergrid", "--set", "steps=ten"], "steps='ten' is not a valid int"),
         (["run", "hypergrid", "--set", "steps"], "--set expects key=value"),
-        (["check", "nowhere"], "unknown environment 'nowhere'; valid: hypergrid"),
+        (["check", "nowhere"], "unknown environment 'nowhere'; valid: dag-params, hypergrid"),
         (["check", "hypergrid", "--set", "R0=0"], "R0=0.0 is out of range"),
     ],
 )

@@ -1,0 +1,219 @@
+"""`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and linear-Gaussian weights (JSP-GFN).
+
+One run (Deleu et al. 2023, Algorithm 1; ``reference_facts.md`` 4.4-4.5): ``num_envs`` graphs grow under the
+behaviour policy (uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to
+``1 - min_exploration`` over the first half of training; 100% uniform during ``prefill``); their edge transitions
+fill a replay buffer; each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both
+ends and minimises the undirected SubTB loss (eq. 8). The final sampler is scored against the exact posterior
+(:mod:`environments.dag_params.evaluation`), optionally beside a structure-MCMC baseline on the same data.
+
+``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, d, d]`` (weight of
+i -> j, 0 where absent) from ``posterior_samples`` pure-policy rollouts of the core.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from environments import dag_params as env
+from environments.dag_params.evaluation import graph_metrics, posterior_metrics
+from environments.dag_params.exact import ExactPosterior
+from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
+from environments.dag_params.metrics import expected_shd, feature_metrics
+from environments.dag_params.objective import ParallelEnvs, transition_loss
+from environments.dag_params.space import join, split
+from gflownet_measure.buffers import TransitionBuffer
+from gflownet_measure.config import Setting
+from gflownet_measure.rollout import sample_forward
+from gflownet_measure.training import Trainer, seed_everything
+
+from .common import TRAINING_SETTINGS, make_scheduler
+from .plots import plot_history, plot_scatter_panels
+from .registry import Experiment, register
+
+BASELINES = {"gibbs": gibbs_mc3, "mh": mh_mc3}
+
+SETTINGS = {
+    **env.SETTINGS,
+    **{k: TRAINING_SETTINGS[k] for k in ("steps", "batch_size", "lr", "lr_milestone", "lr_gamma", "grad_clip", "eval_every")},
+    "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
+    "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
+    "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
+    "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
+    "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over half the steps)", low=0.0, high=1.0),
+    "delta": Setting(1.0, "Huber threshold of eq. 8", low=0.0),
+    "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
+    "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
+    "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
+    "baseline": Setting("none", "structure MCMC on the same data: gibbs (Gibbs-MC3), mh (MH-MC3, joint theta moves) or none", choices=("none", *BASELINES)),
+    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
+}
+SETTINGS["steps"] = Setting(2000, "gradient updates (one per environment step of every graph)", low=1)
+SETTINGS["batch_size"] = Setting(64, "replayed edge transitions per update", low=1)
+SETTINGS["lr"] = Setting(1e-4, "Adam learning rate", low=0.0)
+SETTINGS["grad_clip"] = Setting(0.0, "max global gradient norm (0 = off)", low=0.0)
+
+PRESETS = {
+    "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500},
+    # the paper's d = 5 setting (reference_facts.md 4.5, README example: lr 1e-4, 256 transitions, 64 theta samples), shortened to CPU
+    "paper": {"d": 5, "steps": 20000, "batch_size": 256, "theta_samples": 64, "prefill": 1000, "lr": 1e-4, "eval_every": 2000},
+}
+
+
+def exploration(cfg: dict, step: int) -> float:
+    """Probability of a uniform move at update ``step``: :math:`1 - \\min(1, k / (K/2))\\,(1 - \\epsilon_{min})`."""
+    return 1.0 - min(1.0, step / max(1.0, cfg["steps"] / 2)) * (1.0 - cfg["min_exploration"])
+
+
+def _log_reward(model, cfg: dict):
+    """``(adj, theta) -> log R`` for one update: the full-data reward, or the mini-batch estimate of eq. 13 on fresh rows (the same for both ends)."""
+    M = cfg["batch_size_data"]
+    rows = torch.randperm(model.n)[:M] if 0 < M < model.n else None
+    return lambda adj, theta: model.log_reward(adj, theta.double(), rows)
+
+
+def posterior_samples(graph, pf, n: int, chunk: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` pure-policy rollouts of the core: ``(graphs [n, d, d] bool, thetas [n, d, d])``."""
+    gs, ts = [], []
+    for k in range(0, n, chunk):
+        adj, theta, _ = split(sample_forward(graph, pf, min(chunk, n - k)).terminal, graph.kappa.d)
+        gs.append(adj)
+        ts.append(theta)
+    return torch.cat(gs), torch.cat(ts)
+
+
+def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
+    """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data."""
+    K = cfg["posterior_samples"]
+    thin = max(1, 4 * cfg["mcmc_steps"] // K)
+    r = BASELINES[cfg["baseline"]](problem.model, n_samples=K, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed)
+    m = feature_metrics(r.graphs, exact.features())
+    m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
+    if problem.true_adj is not None:
+        m["expected_shd"] = expected_shd(r.graphs, problem.true_adj)
+    return {f"mcmc_{k}": v for k, v in m.items()} | {"mcmc_acceptance": r.acceptance, "mcmc_seconds": r.seconds}
+
+
+def run(cfg: dict, out: Path, resume: bool) -> dict:
+    problem = env.make_problem(cfg)
+    graph = env.make_graph(cfg, problem)
+    pf, pb = env.make_policies(graph, cfg)
+    model, d = problem.model, graph.kappa.d
+    replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
+    state = nn.ModuleDict({"pf": pf, "replay": replay})  # the checkpoint restores the replay buffer too
+    optimizer = torch.optim.Adam(pf.parameters(), lr=cfg["lr"])
+    envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
+    exact = ExactPosterior(model)
+
+    def collect(epsilon: float) -> None:
+        before, after = envs.step(pf, epsilon)
+        replay.add(join(before), join(after))
+
+    if not resume:
+        for _ in range(cfg["prefill"]):
+            collect(1.0)
+
+    def step_fn(step: int):
+        collect(exploration(cfg, step))
+        s, s_next = replay.sample(cfg["batch_size"])
+        return transition_loss(pf, pb, _log_reward(model, cfg), s, s_next, cfg["theta_samples"], scale=model.n, delta=cfg["delta"], penalty=cfg["penalty"])
+
+    def evaluate() -> dict:
+        m = graph_metrics(pf, exact)[0]
+        return {k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+
+    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
+    history = trainer.run(resume)
+    with torch.no_grad():
+        graphs, thetas = posterior_samples(graph, pf, cfg["posterior_samples"])
+        metrics, arrays = posterior_metrics(pf, exact, graphs, thetas, problem.true_adj)
+    np.savez(out / "samples.npz", graphs=graphs.numpy().astype(np.uint8), thetas=thetas.numpy())
+    plot_history(history, "edge_rmse", out / "edge_rmse.png", f"edge-marginal RMSE to the exact posterior (d = {d})")
+    plot_scatter_panels(
+        [
+            ("edge marginals", arrays["edge_exact"][~np.eye(d, dtype=bool)], arrays["edge_model"][~np.eye(d, dtype=bool)], "exact P(i -> j | D)", "learned P_T(i -> j)", True),
+            ("terminal states", arrays["log_r"] - exact.log_normaliser(), arrays["log_pt"], "log R(G, theta) - log Z", "log P_T(G, theta)", False),
+        ],
+        out / "posterior.png",
+        f"JSP-GFN, d = {d}, N = {model.n}, {cfg['model']}",
+    )
+    metrics |= {"log_evidence": exact.log_normaliser(), "seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d}
+    if cfg["baseline"] != "none":
+        metrics |= _baseline(cfg, problem, exact, int(torch.initial_seed()))
+    return metrics
+
+
+register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and linear-Gaussian weights, scored against the exact posterior (d <= 5)", SETTINGS, PRESETS, run))
+
+# --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
+
+PAPER = {  # reference_facts.md 5.2 (Lahlou et al. 2023, Table 3: GFlowNet row) and 5.3 (Deleu et al. 2023, Table D.1, d = 5)
+    "lahlou_table3": {
+        3: {"edge_rmse": 0.0150, "path_rmse": 0.00339, "markov_rmse": 0.0214, "theta_nll": -1.75},
+        4: {"edge_rmse": 0.0161, "path_rmse": 0.0107, "markov_rmse": 0.0238, "theta_nll": -3.06},
+        5: {"edge_rmse": 0.0180, "path_rmse": 0.0199, "markov_rmse": 0.0283, "theta_nll": -5.17},
+    },
+    "deleu_d1": {"edge_rmse": (0.018, 0.005), "path_rmse": (0.022, 0.005), "markov_rmse": (0.019, 0.006)},
+    "deleu_d1_mcmc": {"mh": {"edge_rmse": 0.357, "path_rmse": 0.368, "markov_rmse": 0.341}, "gibbs": {"edge_rmse": 0.357, "path_rmse": 0.367, "markov_rmse": 0.341}},
+}
+TABLE_KEYS = ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll", "theta_nll_exact")
+
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
+    "dims": Setting("3,4,5", "comma-separated numbers of variables", choices=("3,4,5", "3", "4", "5", "3,4", "4,5", "3,5")),
+    "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
+}
+TABLE_PRESETS = {
+    "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
+    "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
+}
+
+
+def run_table(cfg: dict, out: Path, resume: bool) -> dict:
+    """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the paper."""
+    seed = torch.initial_seed()
+    rows: dict[int, list[dict]] = {}
+    history = []
+    for d in (int(v) for v in cfg["dims"].split(",")):
+        for k in range(cfg["datasets"]):
+            sub = out / f"d{d}" / f"data{k}"
+            sub.mkdir(parents=True, exist_ok=True)
+            if not (resume and (sub / "metrics.json").exists()):
+                seed_everything(seed + k)
+                sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets")} | {"d": d, "data": "", "data_seed": k}
+                (sub / "config.json").write_text(json.dumps({"seed": seed + k, "settings": sub_cfg}, indent=2) + "\n")
+                m = run(sub_cfg, sub, resume and (sub / "checkpoint.pt").exists())
+                (sub / "metrics.json").write_text(json.dumps(m, indent=2) + "\n")
+            m = json.loads((sub / "metrics.json").read_text())
+            rows.setdefault(d, []).append(m)
+            history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in TABLE_KEYS})
+    lines, metrics = [], {}
+    mcmc = [key for key in ("mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse") if all(key in m for ms in rows.values() for m in ms)]
+    for d, ms in rows.items():
+        lines += [f"\nd = {d}: {len(ms)} ER1 datasets of N = {ms[0].get('n_data', cfg['n_data'])} (mean ± 95% CI over datasets)", f"{'metric':<16} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
+        for key in TABLE_KEYS + tuple(mcmc):
+            v = np.array([m[key] for m in ms])
+            ci = 1.96 * v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
+            metrics[f"{key}/d{d}/mean"], metrics[f"{key}/d{d}/ci95"] = float(v.mean()), float(ci)
+            t3 = PAPER["lahlou_table3"][d].get(key)
+            d1 = PAPER["deleu_d1"].get(key) if d == 5 else None
+            if key.startswith("mcmc_") and d == 5 and cfg["baseline"] in PAPER["deleu_d1_mcmc"]:
+                d1 = (PAPER["deleu_d1_mcmc"][cfg["baseline"]][key[5:]], float("nan"))
+            lines.append(f"{key:<16} {f'{v.mean():.4g} ± {ci:.2g}':>20} {'' if t3 is None else f'{t3:.4g}':>18} {'' if d1 is None else f'{d1[0]:.3g} ± {d1[1]:.2g}':>18}")
+    lines.append("\ntheta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
+    table = "\n".join(lines).strip() + "\n"
+    (out / "table.txt").write_text(table)
+    print(table)
+    with (out / "history.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in history)
+    first = out / f"d{next(iter(rows))}" / "data0"
+    with np.load(first / "samples.npz") as z:
+        np.savez(out / "samples.npz", graphs=z["graphs"], thetas=z["thetas"])
+    (out / "posterior.png").write_bytes((first / "posterior.png").read_bytes())
+    return metrics | {"datasets": cfg["datasets"]}
+
+
+register(Experiment("jsp-table", "Table 3 / C.2 and D.1: JSP-GFN against the exact posterior for d = 3, 4, 5 over datasets, beside the papers", TABLE_SETTINGS, TABLE_PRESETS, run_table))

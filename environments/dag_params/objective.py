@@ -46,7 +46,7 @@ class ParallelEnvs:
         """
         n, d = self.adj.shape[0], self.d
         valid = valid_edges(self.adj, self.reach, self.max_parents)
-        log_edge, log_stop = action_log_probs(policy.network(self.adj.to(policy.network_dtype)), valid)
+        log_edge, log_stop = action_log_probs(policy.network(self.adj.to(policy.network_dtype)), valid, policy.logit_scale)
         probs = torch.cat([log_edge.flatten(1), log_stop[:, None]], 1).exp()
         uniform = torch.cat([valid.flatten(1), torch.ones(n, 1, dtype=torch.bool)], 1).to(probs.dtype)
         explore = torch.rand(n) < epsilon

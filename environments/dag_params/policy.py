@@ -33,20 +33,25 @@ from .space import DagKernel, pack, split, unpack
 __all__ = ["action_log_probs", "rows_of", "PackedTheta", "JSPPolicy"]
 
 
-def action_log_probs(out: JSPOutputs, valid: Tensor) -> tuple[Tensor, Tensor]:
+def action_log_probs(out: JSPOutputs, valid: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
     """``(log P(G + (i -> j) | G) [B, d, d], log P(stop | G) [B])`` (eq. 9-10); invalid edges get ``-inf``.
 
-    .. math:: \\log P(\\text{stop}|G) = \\log\\sigma(s) \\;(0 \\text{ if no edge is valid}),\\quad
-       \\log P(i \\to j | G) = \\log\\sigma(-s) + \\log\\mathrm{softmax}_{M}(u \\cdot v)_{ij}
+    .. math:: \\log P(\\text{stop}|G) = \\log\\sigma(c\\, s) \\;(0 \\text{ if no edge is valid}),\\quad
+       \\log P(i \\to j | G) = \\log\\sigma(-c\\, s) + \\log\\mathrm{softmax}_{M}(c\\, u \\cdot v)_{ij}
+
+    with ``scale`` :math:`c` (the public code uses the training-set size ``N``: log-rewards differ by
+    :math:`O(N)` between graphs and the loss divides residuals by ``N``, so unit changes of the network's
+    outputs then move the policy on the scale of the loss).
     """
     B, d, _ = valid.shape
     flat = valid.flatten(1)
     any_valid = flat.any(1)
     ninf = torch.tensor(float("-inf"), dtype=out.edge_logits.dtype)
-    logits = torch.where(flat, out.edge_logits.flatten(1), ninf)
-    edges = torch.log_softmax(torch.where(any_valid[:, None], logits, torch.zeros_like(logits)), 1) + F.logsigmoid(-out.stop_logit)[:, None]
+    logits = torch.where(flat, scale * out.edge_logits.flatten(1), ninf)
+    stop_logit = scale * out.stop_logit
+    edges = torch.log_softmax(torch.where(any_valid[:, None], logits, torch.zeros_like(logits)), 1) + F.logsigmoid(-stop_logit)[:, None]
     edges = torch.where(flat, edges, ninf)
-    stop = torch.where(any_valid, F.logsigmoid(out.stop_logit), torch.zeros_like(out.stop_logit))
+    stop = torch.where(any_valid, F.logsigmoid(stop_logit), torch.zeros_like(stop_logit))
     return edges.reshape(B, d, d), stop
 
 
@@ -88,16 +93,17 @@ def _theta_rows(out: JSPOutputs, adj: Tensor, k: int, rows: Tensor) -> Distribut
 
 
 class JSPPolicy(Policy):
-    """:math:`P_F` of the module docstring on :class:`~environments.dag_params.space.DagKernel` (one backbone call per batch of states)."""
+    """:math:`P_F` of the module docstring on :class:`~environments.dag_params.space.DagKernel` (one backbone call per batch of states);
+    ``logit_scale`` multiplies the edge and stop logits (:func:`action_log_probs`)."""
 
-    def __init__(self, kernel: DagKernel, network: JSPNetwork):
+    def __init__(self, kernel: DagKernel, network: JSPNetwork, logit_scale: float = 1.0):
         super().__init__(kernel)
-        self.network = network
+        self.network, self.logit_scale = network, logit_scale
 
     def heads(self, adj: Tensor) -> tuple[JSPOutputs, Tensor, Tensor]:
         """The network outputs and :func:`action_log_probs` at graphs ``adj [B, d, d]`` (the valid edges from their closure)."""
         out = self.network(adj.to(self.network_dtype))
-        return (out, *action_log_probs(out, valid_edges(adj, transitive_closure(adj), self.kernel.max_parents)))
+        return (out, *action_log_probs(out, valid_edges(adj, transitive_closure(adj), self.kernel.max_parents), self.logit_scale))
 
     @property
     def network_dtype(self) -> torch.dtype:

@@ -35,6 +35,7 @@ class ExactPosterior:
         log_joint = model.log_joint_graph(self.dags)  # [n]: log P(G) + log P(D | G)
         self._log_Z = torch.logsumexp(log_joint, 0)
         self.log_prob = log_joint - self._log_Z
+        self._features: dict[str, Tensor] | None = None
 
     def log_normaliser(self) -> float:
         """:math:`\\log Z = \\log \\sum_G P(G) P(D | G)`, the model evidence and the log-partition function of :math:`R(G, \\theta)`."""
@@ -42,7 +43,9 @@ class ExactPosterior:
 
     def features(self) -> dict[str, Tensor]:
         """Exact marginals :math:`\\sum_G P(G | D) f(G)` ``[d, d]`` float64 for ``f`` in :data:`~.dags.FEATURES` (edge, path, Markov blanket)."""
-        return weighted_features(self.dags, self.log_prob.exp())
+        if self._features is None:  # computed once: every evaluation during training compares with it
+            self._features = weighted_features(self.dags, self.log_prob.exp())
+        return self._features
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d, d] float64)``."""

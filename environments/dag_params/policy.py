@@ -100,10 +100,12 @@ class JSPPolicy(Policy):
         super().__init__(kernel)
         self.network, self.logit_scale = network, logit_scale
 
-    def heads(self, adj: Tensor) -> tuple[JSPOutputs, Tensor, Tensor]:
-        """The network outputs and :func:`action_log_probs` at graphs ``adj [B, d, d]`` (the valid edges from their closure)."""
+    def heads(self, adj: Tensor, valid: Tensor | None = None) -> tuple[JSPOutputs, Tensor, Tensor]:
+        """The network outputs and :func:`action_log_probs` at graphs ``adj [B, d, d]`` (``valid``: the addable edges, by default from the closure)."""
         out = self.network(adj.to(self.network_dtype))
-        return (out, *action_log_probs(out, valid_edges(adj, transitive_closure(adj), self.kernel.max_parents), self.logit_scale))
+        if valid is None:
+            valid = valid_edges(adj, transitive_closure(adj), self.kernel.max_parents)
+        return (out, *action_log_probs(out, valid, self.logit_scale))
 
     @property
     def network_dtype(self) -> torch.dtype:
@@ -112,7 +114,7 @@ class JSPPolicy(Policy):
     def parameters_at(self, s, measure):
         d = self.kernel.d
         adj, _, _ = split(s, d)
-        out, log_edge, log_stop = self.heads(adj)
+        out, log_edge, log_stop = self.heads(adj, measure.atoms.mask[:, : d * d].reshape(-1, d, d))  # the kernel's edge atoms
         B = len(s)
         n_pieces = len(measure.pieces)
         logits = torch.cat([log_edge.flatten(1), log_stop[:, None], torch.zeros(B, 1, dtype=log_stop.dtype), log_stop[:, None].expand(B, n_pieces)], 1)

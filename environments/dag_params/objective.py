@@ -64,7 +64,7 @@ class ParallelEnvs:
         return before, after
 
 
-def _sampled_terms(policy: JSPPolicy, log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_samples: int, with_penalty: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_samples: int, with_penalty: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``."""
     S, B = n_samples, adj.shape[0]
     with torch.no_grad():
@@ -101,8 +101,8 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
     added = (adj_next & ~adj).flatten(1).to(torch.int8).argmax(1)
     log_pf_edge = log_edge[:B].flatten(1).gather(1, added[:, None])[:, 0]
     log_pb_edge = pb(s_next).log_prob(s, torch.zeros(B, dtype=torch.bool)).to(log_pf_edge.dtype)
-    log_R, log_pf_stop, pen = _sampled_terms(policy, log_reward, here, adj, log_stop[:B], n_samples, penalty)
-    log_R_next, log_pf_stop_next, pen_next = _sampled_terms(policy, log_reward, there, adj_next, log_stop[B:], n_samples, penalty)
+    log_R, log_pf_stop, pen = _sampled_terms(log_reward, here, adj, log_stop[:B], n_samples, penalty)
+    log_R_next, log_pf_stop_next, pen_next = _sampled_terms(log_reward, there, adj_next, log_stop[B:], n_samples, penalty)
     delta_ij = undirected_subtb_residual(log_R[None], log_pf_stop[None], log_pf_edge, log_pb_edge, log_R_next[:, None], log_pf_stop_next[:, None])  # [S', S, B]
     loss = huber(delta_ij / scale, delta).mean()
     if penalty:

@@ -91,9 +91,9 @@ def posterior_samples(graph, pf, n: int, chunk: int = 1000) -> tuple[torch.Tenso
 
 def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
     """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data."""
-    K = cfg["posterior_samples"]
-    thin = max(1, 4 * cfg["mcmc_steps"] // K)
-    r = BASELINES[cfg["baseline"]](problem.model, n_samples=K, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed)
+    per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
+    thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
+    r = BASELINES[cfg["baseline"]](problem.model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed)
     m = feature_metrics(r.graphs, exact.features())
     m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
     if problem.true_adj is not None:

@@ -45,6 +45,7 @@ class _Local(NamedTuple):
     cov: Tensor  # [k, k]: V_j
     chol_prec: Tensor  # [k, k]: lower L with L L^T = V_j^{-1}
     entropy: float  # 0.5 (k log(2 pi e) + log det V_j)
+    mean_field_gap: float  # KL(q* || N(m_j, V_j)) for the best factorised Gaussian q*: 0.5 (sum_i log (V_j^-1)_ii - log det V_j^-1)
 
 
 class LinearGaussian:
@@ -133,7 +134,8 @@ class LinearGaussian:
             xx = float(self.gram[node, node])
             log_marginal = -0.5 * (self.n * (_LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
             entropy = 0.5 * (k * (_LOG_2PI + 1.0) + log_det_v)
-            self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy)
+            gap = 0.5 * (float(prec.diagonal().log().sum()) + log_det_v)
+            self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy, gap)
         return self._cache[key]
 
     def _parent_codes(self, adj: Tensor) -> Tensor:
@@ -231,6 +233,16 @@ class LinearGaussian:
     def entropy_theta_posterior(self, adj: Tensor) -> Tensor:
         """:math:`H[P(\\theta | G, D)] = \\sum_j \\tfrac12 (k_j \\log 2\\pi e + \\log\\det V_j)` ``[...]`` float64."""
         return self._per_graph(adj, "entropy")
+
+    def mean_field_gap(self, adj: Tensor) -> Tensor:
+        """:math:`\\min_q \\mathrm{KL}(q \\| P(\\theta | G, D))` over factorised Gaussians :math:`q`: ``[...]`` float64.
+
+        Per child, the best :math:`q` has the posterior mean and variances :math:`1 / (V_j^{-1})_{ii}`, and
+        :math:`\\mathrm{KL} = \\tfrac12 (\\sum_i \\log (V_j^{-1})_{ii} - \\log\\det V_j^{-1}) \\ge 0` (Hadamard), 0 iff
+        :math:`V_j` is diagonal. It is the log-evidence lost by a diagonal :math:`\\theta` density: see
+        :meth:`~.exact.ExactPosterior.mean_field_log_prob`.
+        """
+        return self._per_graph(adj, "mean_field_gap")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy import stats
 from torch import Tensor
 
 from .dags import FEATURES, dag_codes, weighted_features
@@ -22,7 +23,7 @@ from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .network import theta_log_prob
 from .policy import JSPPolicy
 
-__all__ = ["model_graph_log_marginals", "graph_metrics", "posterior_metrics"]
+__all__ = ["model_graph_log_marginals", "graph_metrics", "mean_field_metrics", "posterior_metrics"]
 
 
 @torch.no_grad()
@@ -48,11 +49,16 @@ def model_graph_log_marginals(policy: JSPPolicy, dags: Tensor, chunk: int = 4096
     return log_through + log_stop
 
 
-def _line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Least-squares slope of ``y`` on ``x`` and Pearson r."""
+def _line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Least-squares slope of ``y`` on ``x``, a robust (Theil-Sen) slope, and Pearson r.
+
+    Deleu et al. (section 5.3) fit the slope with RANSAC so that a few badly estimated samples do not drive it;
+    Theil-Sen (the median of pairwise slopes, ``scipy.stats.theilslopes``) serves the same purpose without a
+    random consensus step.
+    """
     if len(x) < 2 or x.std() == 0 or y.std() == 0:
-        return float("nan"), float("nan")
-    return float(np.polyfit(x, y, 1)[0]), float(np.corrcoef(x, y)[0, 1])
+        return float("nan"), float("nan"), float("nan")
+    return float(np.polyfit(x, y, 1)[0]), float(stats.theilslopes(y, x).slope), float(np.corrcoef(x, y)[0, 1])
 
 
 @torch.no_grad()
@@ -73,6 +79,16 @@ def graph_metrics(policy: JSPPolicy, exact: ExactPosterior) -> tuple[dict, dict,
     return out, estimated, log_pt
 
 
+def mean_field_metrics(exact: ExactPosterior) -> dict:
+    """``mean_field_{edge,path,markov}_rmse`` and ``mean_field_graph_kl``: how far the best a diagonal :math:`\\theta` head can
+    reach (:meth:`~.exact.ExactPosterior.mean_field_log_prob`) lies from the exact posterior, on the same scale as
+    :func:`graph_metrics` (a property of the data; ``lingauss-full`` has no such bias)."""
+    exact_features, mf = exact.features(), exact.mean_field_features()
+    out = {f"mean_field_{name}_rmse": rmse_pearson(mf[name], exact_features[name])[0] for name in FEATURES}
+    out["mean_field_graph_kl"] = float((exact.log_prob.exp() * (exact.log_prob - exact.mean_field_log_prob())).sum())
+    return out
+
+
 @torch.no_grad()
 def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, thetas: Tensor, true_adj: Tensor | None = None) -> tuple[dict, dict]:
     """Metrics of a trained policy and its samples ``(graphs [K, d, d], thetas [K, d, d])`` against ``exact``.
@@ -85,7 +101,8 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
       on the scale the paper's numbers are on), ``theta_nll_per_datum`` the same divided by ``N`` (the
       formula of its section C.5), and ``theta_nll_exact`` the exact posterior's own expected value (what an exact
       sampler scores; not a lower bound: a θ density narrower than the posterior scores below it);
-    - ``log_pt_vs_log_r_slope``, ``log_pt_vs_log_r_r``: the fit of :math:`\\log P_T(G_k, \\theta_k)` on
+    - ``log_pt_vs_log_r_slope`` (least squares), ``log_pt_vs_log_r_slope_robust`` (Theil-Sen, in place of the
+      paper's RANSAC), ``log_pt_vs_log_r_r``: the fit of :math:`\\log P_T(G_k, \\theta_k)` on
       :math:`\\log R(G_k, \\theta_k)` (slope 1 and r = 1 for a perfect sampler);
     - ``expected_shd``, ``auroc`` (of the policy's exact edge marginals) against ``true_adj`` when it is known.
 
@@ -106,7 +123,7 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
     dtype = net_out.stop_logit.dtype
     log_pt = (log_pt_graph[idx] + theta_log_prob(net_out, graphs.to(dtype), thetas.to(dtype)).double()).numpy()
     log_r = model.log_reward(graphs, thetas.double()).double().numpy()
-    out["log_pt_vs_log_r_slope"], out["log_pt_vs_log_r_r"] = _line_fit(log_r, log_pt)
+    out["log_pt_vs_log_r_slope"], out["log_pt_vs_log_r_slope_robust"], out["log_pt_vs_log_r_r"] = _line_fit(log_r, log_pt)
     if true_adj is not None:
         out["expected_shd"] = expected_shd(graphs, true_adj)
         out["auroc"] = auroc(estimated["edge"], true_adj)

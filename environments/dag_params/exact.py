@@ -36,6 +36,7 @@ class ExactPosterior:
         self._log_Z = torch.logsumexp(log_joint, 0)
         self.log_prob = log_joint - self._log_Z
         self._features: dict[str, Tensor] | None = None
+        self._mean_field_features: dict[str, Tensor] | None = None
 
     def log_normaliser(self) -> float:
         """:math:`\\log Z = \\log \\sum_G P(G) P(D | G)`, the model evidence and the log-partition function of :math:`R(G, \\theta)`."""
@@ -46,6 +47,25 @@ class ExactPosterior:
         if self._features is None:  # computed once: every evaluation during training compares with it
             self._features = weighted_features(self.dags, self.log_prob.exp())
         return self._features
+
+    def mean_field_log_prob(self) -> Tensor:
+        """``[n]`` float64: the graph marginal a diagonal-Gaussian :math:`\\theta` head is trained towards, at best.
+
+        For a fixed :math:`q(\\theta | G)` the squared residual of eq. 6 averaged over :math:`\\theta \\sim q` is minimised by
+        flows that balance the means :math:`E_q[\\log R(G, \\theta) - \\log q(\\theta | G)]`, so the terminating
+        distribution over graphs is :math:`\\propto P(G) P(D | G)\\, e^{-\\mathrm{KL}(q_G \\| P(\\theta | G, D))}`. With
+        each :math:`q_G` the best factorised Gaussian
+        (:meth:`~.bayesnet.LinearGaussian.mean_field_gap`) this is :math:`P(G | D)\\, e^{-\\mathrm{gap}(G)} / Z'`: a bias
+        that no training of ``lingauss-diag`` removes where the posterior weights of a child are correlated.
+        """
+        log_p = self.log_prob - self.model.mean_field_gap(self.dags)
+        return log_p - torch.logsumexp(log_p, 0)
+
+    def mean_field_features(self) -> dict[str, Tensor]:
+        """The features of :meth:`features` under :meth:`mean_field_log_prob` (computed once)."""
+        if self._mean_field_features is None:
+            self._mean_field_features = weighted_features(self.dags, self.mean_field_log_prob().exp())
+        return self._mean_field_features
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d, d] float64)``."""

@@ -16,7 +16,7 @@ from environments import dag_params as dp
 from environments.dag_params import policy as policy_mod
 from environments.dag_params.bayesnet import LinearGaussian, simulate_er
 from environments.dag_params.dags import dag_codes, transitive_closure, valid_edges
-from environments.dag_params.evaluation import model_graph_log_marginals, posterior_metrics
+from environments.dag_params.evaluation import _line_fit, model_graph_log_marginals, posterior_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.network import JSPOutputs
 from environments.dag_params.objective import ParallelEnvs, transition_loss
@@ -174,7 +174,7 @@ def test_exact_policy_reproduces_the_posterior():
     m, _ = posterior_metrics(pf, exact, adj, theta.double(), None)
     assert m["edge_rmse"] < 1e-9 and m["graph_kl"] < 1e-9
     # log P_T(G, theta) = log R(G, theta) - log Z exactly: slope 1 and r = 1 up to round-off
-    assert abs(m["log_pt_vs_log_r_slope"] - 1) < 1e-6 and m["log_pt_vs_log_r_r"] > 1 - 1e-9
+    assert abs(m["log_pt_vs_log_r_slope"] - 1) < 1e-6 and abs(m["log_pt_vs_log_r_slope_robust"] - 1) < 1e-6 and m["log_pt_vs_log_r_r"] > 1 - 1e-9
     # theta_nll over 2000 exact draws against its expectation: the per-sample values have sd ~ 1.2 here, 5 SE ~ 0.14
     assert abs(m["theta_nll"] - m["theta_nll_exact"]) < 0.2
 
@@ -203,3 +203,12 @@ def test_parallel_envs_keep_masks_in_step_with_the_closure():
         assert ((after.flatten(1).sum(1) - before.flatten(1).sum(1)) == 1).all() and (after >= before).all()
         torch.testing.assert_close(envs.reach, transitive_closure(envs.adj))
         assert not (transitive_closure(after) & transitive_closure(after).transpose(1, 2) & ~torch.eye(4, dtype=torch.bool)).any()  # acyclic
+
+
+def test_robust_slope_ignores_a_few_outlying_samples_that_pull_least_squares():
+    rng = torch.Generator().manual_seed(0)
+    x = torch.randn(500, generator=rng, dtype=torch.float64).numpy() * 10
+    y = 0.8 * x + 0.01 * torch.randn(500, generator=rng, dtype=torch.float64).numpy()
+    y[:10] -= 200.0 + 20 * x[:10]  # 2% badly estimated samples
+    slope, robust, r = _line_fit(x, y)
+    assert abs(robust - 0.8) < 0.01 and abs(slope - 0.8) > 0.1 and r < 0.99

@@ -24,6 +24,7 @@ def test_run_writes_the_contract(tmp_path, extra):
     assert g.shape == (50, d, d) and g.dtype == np.uint8 and t.shape == (50, d, d)
     assert (t[g == 0] == 0).all()  # weights only on edges
     assert 0 <= m["edge_rmse"] <= 1 and m["graph_kl"] >= -1e-9 and m["theta_nll_exact"] == pytest.approx(m["theta_nll_exact"])
+    assert 0 <= m["mean_field_edge_rmse"] <= 1 and m["mean_field_graph_kl"] >= -1e-12
     assert (out / "posterior.png").exists() and (out / "edge_rmse.png").exists()
     if "baseline=gibbs" in extra:
         assert "mcmc_edge_rmse" in m and 0 <= m["mcmc_acceptance"] <= 1
@@ -56,6 +57,7 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     check_contract(out, "graphs,thetas")
     table = (out / "table.txt").read_text()
     assert "edge_rmse" in table and "0.015" in table  # the paper's d = 3 value beside ours
+    assert "mean_field_edge_rmse" in table
     m = json.loads((out / "metrics.json").read_text())
     assert "edge_rmse/d3/mean" in m and m["datasets"] == 2
     assert main(["run", "jsp-table", "--out", str(out), "--resume"]) == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from environments import dag_params as env
 from environments.dag_params.evaluation import graph_metrics, mean_field_metrics, posterior_metrics
@@ -52,6 +53,7 @@ SETTINGS = {
     "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
     "baseline": Setting("none", "structure MCMC on the same data: gibbs (Gibbs-MC3), mh (MH-MC3, joint theta moves) or none", choices=("none", *BASELINES)),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
+    "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights, scored beside the policy (ema_* metrics; 0 = off)", low=0.0, high=0.999999),
 }
 SETTINGS["steps"] = Setting(2000, "gradient updates (one per environment step of every graph)", low=1)
 SETTINGS["batch_size"] = Setting(64, "replayed edge transitions per update", low=1)
@@ -108,6 +110,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     model, d = problem.model, graph.kappa.d
     replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
     state = nn.ModuleDict({"pf": pf, "replay": replay})  # the checkpoint restores the replay buffer too
+    ema = None
+    if cfg["ema"] > 0:  # Polyak averaging of the weights: steadier than the last iterate of a noisy optimiser
+        ema = state["ema"] = AveragedModel(pf, multi_avg_fn=get_ema_multi_avg_fn(cfg["ema"]))
     optimizer = torch.optim.Adam(pf.parameters(), lr=cfg["lr"])
     envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
     exact = ExactPosterior(model)
@@ -121,13 +126,18 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             collect(1.0)
 
     def step_fn(step: int):
+        if ema is not None:
+            ema.update_parameters(pf)  # the weights after the previous update
         collect(exploration(cfg, step))
         s, s_next = replay.sample(cfg["batch_size"])
         return transition_loss(pf, pb, _log_reward(model, cfg), s, s_next, cfg["theta_samples"], scale=model.n, delta=cfg["delta"], penalty=cfg["penalty"])
 
+    def scores(policy, prefix: str = "") -> dict:
+        m = graph_metrics(policy, exact)[0]
+        return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+
     def evaluate() -> dict:
-        m = graph_metrics(pf, exact)[0]
-        return {k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+        return scores(pf) | (scores(ema.module, "ema_") if ema is not None else {})
 
     trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
     history = trainer.run(resume)
@@ -144,6 +154,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         out / "posterior.png",
         f"JSP-GFN, d = {d}, N = {model.n}, {cfg['model']}",
     )
+    if ema is not None:
+        metrics |= scores(ema.module, "ema_")
     metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser(), "seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d}
     if cfg["baseline"] != "none":
         metrics |= _baseline(cfg, problem, exact, int(torch.initial_seed()))
@@ -196,7 +208,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             rows.setdefault(d, []).append(m)
             history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in TABLE_KEYS})
     lines, metrics = [], {}
-    optional = ("mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse")
+    optional = ("ema_edge_rmse", "ema_path_rmse", "ema_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse")
     extra = [key for key in optional if all(key in m for ms in rows.values() for m in ms)]
     for d, ms in rows.items():
         lines += [f"\nd = {d}: {len(ms)} ER1 datasets of N = {ms[0].get('n_data', cfg['n_data'])} (mean ± 95% CI over datasets)", f"{'metric':<16} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
@@ -209,7 +221,8 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             if key.startswith("mcmc_") and d == 5 and cfg["baseline"] in PAPER["deleu_d1_mcmc"]:
                 d1 = (PAPER["deleu_d1_mcmc"][cfg["baseline"]][key[5:]], float("nan"))
             lines.append(f"{key:<16} {f'{v.mean():.4g} ± {ci:.2g}':>20} {'' if t3 is None else f'{t3:.4g}':>18} {'' if d1 is None else f'{d1[0]:.3g} ± {d1[1]:.2g}':>18}")
-    lines.append("\nmean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
+    lines.append("\nema_*: the exponential moving average of the policy's weights (setting ema), scored the same way.")
+    lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
     table = "\n".join(lines).strip() + "\n"
     (out / "table.txt").write_text(table)

@@ -25,6 +25,7 @@ def test_run_writes_the_contract(tmp_path, extra):
     assert (t[g == 0] == 0).all()  # weights only on edges
     assert 0 <= m["edge_rmse"] <= 1 and m["graph_kl"] >= -1e-9 and m["theta_nll_exact"] == pytest.approx(m["theta_nll_exact"])
     assert 0 <= m["mean_field_edge_rmse"] <= 1 and m["mean_field_graph_kl"] >= -1e-12
+    assert 0 <= m["ema_edge_rmse"] <= 1 and m["ema_graph_kl"] >= -1e-9 and m["ema_edge_rmse"] != m["edge_rmse"]  # a different policy
     assert (out / "posterior.png").exists() and (out / "edge_rmse.png").exists()
     if "baseline=gibbs" in extra:
         assert "mcmc_edge_rmse" in m and 0 <= m["mcmc_acceptance"] <= 1

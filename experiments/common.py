@@ -1,8 +1,11 @@
 """Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
 from __future__ import annotations
 
+import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -11,10 +14,10 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, make_optimizer
+from gflownet_measure.training import Trainer, make_optimizer, seed_everything
 from gflownet_measure.trajectories import Trajectories
 
-__all__ = ["TRAINING_SETTINGS", "make_scheduler", "train_gflownet", "final_samples"]
+__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -27,6 +30,47 @@ TRAINING_SETTINGS = {
     "grad_clip": Setting(10.0, "max global gradient norm (0 = off)", low=0.0),
     "eval_every": Setting(100, "updates between evaluations", low=1),
 }
+
+JOBS_SETTING = Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1)", low=1)
+
+
+class SubRun(NamedTuple):
+    """One run of a multi-run experiment: its folder, seed, settings and extra keyword arguments of the run function."""
+
+    out: Path
+    seed: int
+    cfg: dict
+    kwargs: dict = {}
+
+
+def _one(run_fn: Callable, job: SubRun, resume: bool, worker: tuple[int, torch.device] | None = None) -> dict:
+    """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics."""
+    if worker is not None:  # a fresh process: the parent's torch thread count and default device
+        torch.set_num_threads(worker[0])
+        torch.set_default_device(worker[1])
+    job.out.mkdir(parents=True, exist_ok=True)
+    done = job.out / "metrics.json"
+    if not (resume and done.exists()):
+        seed_everything(job.seed)
+        (job.out / "config.json").write_text(json.dumps({"seed": job.seed, "settings": job.cfg}, indent=2) + "\n")
+        metrics = run_fn(job.cfg, job.out, resume and (job.out / "checkpoint.pt").exists(), **job.kwargs)
+        done.write_text(json.dumps(metrics, indent=2) + "\n")
+    return json.loads(done.read_text())
+
+
+def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1) -> list[dict]:
+    """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other).
+
+    ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
+    Each worker runs with this process's torch thread count and default device; an error in any job is raised here.
+    """
+    if workers <= 1 or len(jobs) <= 1:
+        return [_one(run_fn, job, resume) for job in jobs]
+    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"))
+    with pool:
+        worker = (torch.get_num_threads(), torch.get_default_device())
+        futures = [pool.submit(_one, run_fn, job, resume, worker) for job in jobs]
+        return [f.result() for f in futures]
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):

@@ -31,9 +31,9 @@ from environments.dag_params.space import join, split
 from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.config import Setting
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer, seed_everything
+from gflownet_measure.training import Trainer
 
-from .common import TRAINING_SETTINGS, make_scheduler
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
 from .plots import plot_history, plot_scatter_panels
 from .registry import Experiment, register
 
@@ -182,6 +182,7 @@ TABLE_KEYS = ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll", "theta_nll_e
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
     "dims": Setting("3,4,5", "comma-separated numbers of variables", choices=("3,4,5", "3", "4", "5", "3,4", "4,5", "3,5")),
     "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
+    "jobs": JOBS_SETTING,
 }
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
@@ -192,20 +193,14 @@ TABLE_PRESETS = {
 def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the paper."""
     seed = torch.initial_seed()
-    rows: dict[int, list[dict]] = {}
+    dims = [int(v) for v in cfg["dims"].split(",")]
+    sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", "jobs")} | {"data": ""}
+    jobs = [SubRun(out / f"d{d}" / f"data{k}", seed + k, sub_cfg | {"d": d, "data_seed": k}) for d in dims for k in range(cfg["datasets"])]
+    results = iter(run_many(run, jobs, resume, cfg["jobs"]))
+    rows = {d: [next(results) for _ in range(cfg["datasets"])] for d in dims}
     history = []
-    for d in (int(v) for v in cfg["dims"].split(",")):
-        for k in range(cfg["datasets"]):
-            sub = out / f"d{d}" / f"data{k}"
-            sub.mkdir(parents=True, exist_ok=True)
-            if not (resume and (sub / "metrics.json").exists()):
-                seed_everything(seed + k)
-                sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets")} | {"d": d, "data": "", "data_seed": k}
-                (sub / "config.json").write_text(json.dumps({"seed": seed + k, "settings": sub_cfg}, indent=2) + "\n")
-                m = run(sub_cfg, sub, resume and (sub / "checkpoint.pt").exists())
-                (sub / "metrics.json").write_text(json.dumps(m, indent=2) + "\n")
-            m = json.loads((sub / "metrics.json").read_text())
-            rows.setdefault(d, []).append(m)
+    for d, ms in rows.items():
+        for k, m in enumerate(ms):
             history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in TABLE_KEYS})
     lines, metrics = [], {}
     optional = ("ema_edge_rmse", "ema_path_rmse", "ema_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse")

@@ -25,9 +25,8 @@ from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.policies import Policy, StateFlow
 from gflownet_measure.rollout import sample_backward, sample_forward
-from gflownet_measure.training import seed_everything
 
-from .common import TRAINING_SETTINGS, final_samples, train_gflownet
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, final_samples, run_many, train_gflownet
 from .plots import plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, register
 
@@ -135,6 +134,7 @@ register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture 
 CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
 FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("loss", "backward", "rho")} | {
     "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
+    "jobs": JOBS_SETTING,
 }
 FIGURE1_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
@@ -152,19 +152,16 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
     finals: dict[str, list[dict]] = {}
-    for loss, backward, rho in CONFIGS:
-        name = _name(loss, backward, rho)
-        for k in range(cfg["seeds"]):
-            sub = out / name / f"seed{base_seed + k}"
-            sub.mkdir(parents=True, exist_ok=True)
-            if not (resume and (sub / "metrics.json").exists()):
-                seed_everything(base_seed + k)
-                sub_cfg = {key: v for key, v in cfg.items() if key != "seeds"} | {"loss": loss, "backward": backward, "rho": rho}
-                (sub / "config.json").write_text(json.dumps({"seed": base_seed + k, "settings": sub_cfg}, indent=2) + "\n")
-                sub_metrics = run(sub_cfg, sub, resume and (sub / "checkpoint.pt").exists(), figure2=(name == headline and k == 0))
-                (sub / "metrics.json").write_text(json.dumps(sub_metrics, indent=2) + "\n")
-            runs.setdefault(name, []).append([json.loads(r) for r in (sub / "history.jsonl").read_text().splitlines() if r.strip()])
-            finals.setdefault(name, []).append(json.loads((sub / "metrics.json").read_text()))
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", "jobs")}
+    jobs = [
+        SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"loss": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
+        for loss, backward, rho in CONFIGS
+        for k in range(cfg["seeds"])
+    ]
+    for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"])):
+        name = job.out.parent.name
+        runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
+        finals.setdefault(name, []).append(sub_metrics)
     curves = {name: ([r["trajectories"] for r in hs[0]], [[r["jsd_exact"] for r in h] for h in hs]) for name, hs in runs.items()}
     panels = {f"rho = {rho}": [_name(l, b, r) for l, b, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
     plot_bands(curves, out / "figure1.png", "JSD to the exact reward grid (mean, min-max over seeds)", "JSD", panels)

@@ -33,9 +33,9 @@ from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import Scores, log_densities, rollout, sample_backward
 from gflownet_measure.smc import annealed_smc
-from gflownet_measure.training import Trainer, make_optimizer, seed_everything
+from gflownet_measure.training import Trainer, make_optimizer
 
-from .common import TRAINING_SETTINGS, make_scheduler
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
 from .plots import plot_history, plot_sample_panels
 from .registry import Experiment, register
 
@@ -207,6 +207,7 @@ SMC_SETTINGS = {"gmm9": {"ref_std": 5.0}, "funnel": {"ref_std": 1.0, "n_moves": 
 
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("target", "objective", "regime", "langevin")} | {
     "seeds": Setting(3, "seeds per row and target: --seed, --seed + 1, ...", low=1),
+    "jobs": JOBS_SETTING,
     "targets": Setting("gmm9,funnel", "comma-separated targets", choices=("gmm9,funnel", "gmm9", "funnel")),
     "rows": Setting("all", "which rows: all, or the comma-separated indices into ROWS (0-6)"),
     "smc_particles": Setting(2000, "particles of the SMC and HMC baselines", low=10),
@@ -240,21 +241,14 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     rows = _rows(cfg["rows"])
     results: dict[str, dict[str, list[tuple[float, float]]]] = {}
     history = []
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", "jobs")}
+    keys = [(target, label, base_seed + k) for target in cfg["targets"].split(",") for label, _, _, _ in rows for k in range(cfg["seeds"])]
+    settings = {label: {"objective": objective, "regime": regime, "langevin": langevin} for label, objective, regime, langevin in rows}
+    jobs = [SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label]) for target, label, seed in keys]
+    for (target, label, seed), m in zip(keys, run_many(run, jobs, resume, cfg["jobs"])):
+        results.setdefault(target, {}).setdefault(label, []).append((m["bias_lower_bound"], m["bias_importance_weighted"]))
+        history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "B": m["bias_lower_bound"], "B_RW": m["bias_importance_weighted"]})
     for target in cfg["targets"].split(","):
-        for label, objective, regime, langevin in rows:
-            for k in range(cfg["seeds"]):
-                sub = out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{base_seed + k}"
-                sub.mkdir(parents=True, exist_ok=True)
-                if not (resume and (sub / "metrics.json").exists()):
-                    seed_everything(base_seed + k)
-                    sub_cfg = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps")}
-                    sub_cfg |= {"target": target, "objective": objective, "regime": regime, "langevin": langevin}
-                    (sub / "config.json").write_text(json.dumps({"seed": base_seed + k, "settings": sub_cfg}, indent=2) + "\n")
-                    m = run(sub_cfg, sub, resume and (sub / "checkpoint.pt").exists())
-                    (sub / "metrics.json").write_text(json.dumps(m, indent=2) + "\n")
-                m = json.loads((sub / "metrics.json").read_text())
-                results.setdefault(target, {}).setdefault(label, []).append((m["bias_lower_bound"], m["bias_importance_weighted"]))
-                history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": base_seed + k, "B": m["bias_lower_bound"], "B_RW": m["bias_importance_weighted"]})
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)):  # HMC: annealed importance sampling with HMC moves (no resampling)
             for k in range(cfg["seeds"]):
                 gen = torch.Generator().manual_seed(base_seed + k)

@@ -62,3 +62,15 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert "edge_rmse/d3/mean" in m and m["datasets"] == 2
     assert main(["run", "jsp-table", "--out", str(out), "--resume"]) == 0
+
+
+def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
+    """jobs=2 trains the datasets in two spawned processes; each run is seeded on its own, so the results are the sequential ones."""
+    args = ["--threads", "1", "--set", *TINY, "dims=3", "datasets=2"]
+    assert main(["run", "jsp-table", "--out", str(tmp_path / "seq"), *args]) == 0
+    assert main(["run", "jsp-table", "--out", str(tmp_path / "par"), *args, "jobs=2"]) == 0
+    for k in range(2):
+        seq, par = (json.loads((tmp_path / side / "d3" / f"data{k}" / "metrics.json").read_text()) for side in ("seq", "par"))
+        assert par.keys() == seq.keys()
+        assert all(par[key] == seq[key] for key in seq if "seconds" not in key)
+    assert (tmp_path / "par" / "table.txt").exists()

@@ -201,7 +201,11 @@ class Measure:
         a = self.atoms
         hit = [a.mask & (a.sink == sink[:, None]) & (sink[:, None] | (a.x == x[:, None, :]).all(-1))]
         for p in self.pieces:
-            hit.append((p.mask & ~sink & p.chart.contains(p.context, x))[:, None])
+            on = p.mask & ~sink  # only these rows can lie on the piece: test them alone
+            if on.any():
+                rows = on.nonzero()[:, 0]
+                on = on.index_put((rows,), p.chart.contains(p.context[rows], x[rows]))
+            hit.append(on[:, None])
         hit = torch.cat(hit, 1)
         first = hit.to(torch.int8).argmax(1)
         return torch.where(hit.any(1), first, torch.full_like(first, -1))

@@ -18,12 +18,12 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Beta, Categorical, Distribution, Independent, MixtureSameFamily, Normal, Uniform
+from torch.distributions import Beta, Distribution, Independent, Normal, Uniform
 
 from .kernels import Kernel
 from .measures import Measure
 
-__all__ = ["Draw", "KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "mlp", "torso"]
+__all__ = ["Draw", "KernelDensity", "Policy", "UniformPolicy", "MLPPolicy", "BetaHead", "BetaMixtureHead", "StateFlow", "gumbel_max", "mlp", "tied", "torso"]
 
 
 class Draw(NamedTuple):
@@ -77,13 +77,13 @@ class KernelDensity:
         if reparametrise and epsilon > 0:
             raise ValueError("reparametrised sampling draws from the policy itself; epsilon must be 0")
         m = self.measure
-        probs = self.log_probs.exp()
-        explore = torch.zeros(m.batch, dtype=torch.bool, device=probs.device)
+        log_probs = self.log_probs.detach()
+        explore = torch.zeros(m.batch, dtype=torch.bool, device=log_probs.device)
         if epsilon > 0:
             uniform = uniform_density(m)
-            explore = torch.rand(m.batch, device=probs.device) < epsilon
-            probs = torch.where(explore[:, None], uniform.log_probs.exp(), probs)
-        comp = torch.multinomial(probs.detach(), 1)[:, 0]
+            explore = torch.rand(m.batch, device=log_probs.device) < epsilon
+            log_probs = torch.where(explore[:, None], uniform.log_probs.to(log_probs.dtype), log_probs)
+        comp = gumbel_max(log_probs)
         K = m.atoms.count
         rows = torch.arange(m.batch, device=comp.device)
         k = comp.clamp(max=max(K - 1, 0))
@@ -96,7 +96,7 @@ class KernelDensity:
             if chosen.any():
                 q = self.coords[c](chosen)
                 u = q.rsample() if reparametrise else q.sample()
-                if explore[chosen].any():
+                if epsilon > 0 and explore[chosen].any():
                     u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
                 x = x.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(x.dtype))
             us.append(u)
@@ -151,6 +151,16 @@ class KernelDensity:
         if (comp < 0).any() or (comp >= self.measure.atoms.count).any():
             raise ValueError("log_flow is defined on atoms of the kernel only")
         return self.logits[torch.arange(len(comp)), comp]
+
+
+def gumbel_max(logits: Tensor) -> Tensor:
+    """One index per row of ``logits [..., C]``, :math:`P(j) = \\mathrm{softmax}(\\ell)_j`: :math:`\\arg\\max_j (\\ell_j + G_j)`, :math:`G_j` i.i.d. Gumbel.
+
+    The Gumbel-max trick: exact, and a few elementwise operations where ``torch.multinomial`` costs
+    a rollout step more than its policy network. ``-inf`` logits (absent components) are never drawn.
+    """
+    u = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device)
+    return (logits - torch.log(-torch.log(u))).argmax(-1)
 
 
 def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Distribution:
@@ -287,6 +297,38 @@ class BetaHead(nn.Module):
         return _EdgeClamped(Independent(Beta(a, b, validate_args=False), 1), self.edge)
 
 
+class _BetaMixture(Distribution):
+    """:math:`q(u) = \\sum_j w_j \\prod_i \\mathrm{Beta}(u_i; \\alpha_{ji}, \\beta_{ji})`, :math:`w = \\mathrm{softmax}(\\ell)`, built lazily.
+
+    The law of ``MixtureSameFamily(Categorical(logits), Independent(Beta(alpha, beta), 1))``, which a
+    rollout would build at every step and whose ``sample`` draws all ``C`` components at every row.
+    Here construction stores the parameters (``logits [..., C]``, ``alpha``, ``beta`` ``[..., C, k]``);
+    ``sample`` draws the index :math:`j \\sim w` and then the Betas of component ``j`` only;
+    ``log_prob`` is the log-sum-exp over components of the library's Beta log-densities.
+    """
+
+    arg_constraints: dict = {}
+
+    def __init__(self, logits: Tensor, alpha: Tensor, beta: Tensor):
+        self.logits, self.alpha, self.beta = logits, alpha, beta
+        super().__init__(batch_shape=logits.shape[:-1], event_shape=alpha.shape[-1:], validate_args=False)
+
+    def sample(self, sample_shape=torch.Size()):
+        with torch.no_grad():
+            j = gumbel_max(self.logits.expand(*torch.Size(sample_shape), *self.logits.shape))  # [*S, *batch]
+            index = j[..., None, None].expand(*j.shape, 1, self.alpha.shape[-1])
+            return Beta(_pick(self.alpha, index), _pick(self.beta, index), validate_args=False).sample()
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        per_component = Beta(self.alpha, self.beta, validate_args=False).log_prob(value.unsqueeze(-2)).sum(-1)
+        return torch.logsumexp(torch.log_softmax(self.logits, -1) + per_component, -1)
+
+
+def _pick(c: Tensor, index: Tensor) -> Tensor:
+    """Rows ``[*S, *batch, k]`` of ``c [*batch, C, k]`` at the component ``index [*S, *batch, 1, k]``."""
+    return c.expand(*index.shape[:-2], *c.shape[-2:]).gather(-2, index).squeeze(-2)
+
+
 class BetaMixtureHead(BetaHead):
     """A mixture of ``n_components`` products of Betas on ``[0, 1]^k`` (the quarter-disc policies, Lahlou et al. 2023 section 4.1).
 
@@ -308,8 +350,7 @@ class BetaMixtureHead(BetaHead):
         C = self.n_components
         logits, conc = raw[..., :C], raw[..., C:]
         a, b = self._concentrations(conc)  # [..., C k] each
-        comps = Independent(Beta(a.unflatten(-1, (C, self.k)), b.unflatten(-1, (C, self.k)), validate_args=False), 1)
-        return _EdgeClamped(MixtureSameFamily(Categorical(logits=logits), comps, validate_args=False), self.edge)
+        return _EdgeClamped(_BetaMixture(logits, a.unflatten(-1, (C, self.k)), b.unflatten(-1, (C, self.k))), self.edge)
 
 
 class MLPPolicy(Policy):
@@ -338,12 +379,29 @@ class MLPPolicy(Policy):
         self.register_buffer("source", source)
         self.source_out = nn.Parameter(torch.zeros(n_out)) if source is not None else None
 
-    def parameters_at(self, s, measure):
+    def forward(self, s: Tensor, features: Tensor | None = None) -> KernelDensity:
+        """The density at ``s``; ``features`` are :meth:`features` of ``s`` when already computed (a tied policy's pass)."""
+        m = self.kernel(s)
+        return KernelDensity(m, *self.parameters_at(s, m, features))
+
+    def _at_source(self, s: Tensor) -> Tensor | None:
+        return (s == self.source.to(s.dtype)).all(1) if self.source is not None else None
+
+    def features(self, s: Tensor) -> Tensor:
+        """The torso's output ``[B, H]`` at ``s``; zero at the source rows, whose raw outputs are free parameters (the torso skips them)."""
+        at_source = self._at_source(s)
+        if at_source is None or not at_source.any():
+            return self.torso(self.encode(s))
+        inner = (~at_source).nonzero()[:, 0]
+        h = self.torso(self.encode(s[inner]))
+        return torch.zeros(len(s), h.shape[1], dtype=h.dtype, device=h.device).index_put((inner,), h)
+
+    def parameters_at(self, s, measure, features: Tensor | None = None):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
-        out = self.out(self.torso(self.encode(s)))
-        if self.source is not None:
-            at_source = (s == self.source.to(s.dtype)).all(1)
+        out = self.out(self.features(s) if features is None else features)
+        at_source = self._at_source(s)
+        if at_source is not None:
             out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
@@ -352,6 +410,11 @@ class MLPPolicy(Policy):
             coords.append(functools.partial(_head_rows, h, rest[:, : h.n_params]))
             rest = rest[:, h.n_params :]
         return logits, coords
+
+
+def tied(pf: Policy, pb: Policy) -> bool:
+    """Whether ``pb`` shares ``pf``'s torso and state encoding, so that one :meth:`MLPPolicy.features` pass serves both."""
+    return isinstance(pf, MLPPolicy) and isinstance(pb, MLPPolicy) and pf.torso is pb.torso and pf.encode is pb.encode
 
 
 class StateFlow(nn.Module):

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 
 from .graph import PointedGraph
-from .policies import Policy, uniform_density
+from .policies import Policy, tied, uniform_density
 from .trajectories import Trajectories
 
 __all__ = ["Scores", "rollout", "sample_forward", "sample_backward", "log_densities"]
@@ -128,13 +128,22 @@ def log_densities(traj: Trajectories, pf: Policy, pb: Policy) -> tuple[Tensor, T
 
     One batched call of each policy over all transitions. The backward density of the step into
     the sink is 0 (its role is played by log R, see :mod:`gflownet_measure.losses`); masked entries are 0.
+    When ``pb`` shares ``pf``'s torso (:func:`~gflownet_measure.policies.tied`) the torso runs once:
+    every state ``s_{t+1}`` that ``P_B`` is evaluated at is the origin of transition ``t + 1``.
     Raises ``ValueError`` if a density is NaN or infinite on a sampled transition.
     """
     mask = traj.mask
     s, nx, ns = traj.states[:-1][mask], traj.states[1:][mask], traj.sink[1:][mask]
-    lpf = pf(s).log_prob(nx, ns)
     into = ~ns
-    lpb_into = pb(nx[into]).log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
+    if tied(pf, pb):
+        h = pf.features(s)
+        row = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device).index_put((mask,), torch.arange(len(s), device=mask.device))
+        origin_of_next = row[1:][(mask & ~traj.sink[1:])[:-1]]  # the transition out of s_{t+1}, for each step not into the sink
+        density_f, density_b = pf(s, h), pb(nx[into], h[origin_of_next])
+    else:
+        density_f, density_b = pf(s), pb(nx[into])
+    lpf = density_f.log_prob(nx, ns)
+    lpb_into = density_b.log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
     _check_finite(**{"log P_F": lpf, "log P_B": lpb_into})
     log_pf = torch.zeros(mask.shape, dtype=lpf.dtype)
     log_pf[mask] = lpf

@@ -59,6 +59,8 @@ class Chart(ABC):
 
     def forward(self, s: Tensor, u: Tensor) -> Tensor:
         """:math:`x = \\varphi_s(u)`: ``s [B, D]``, ``u [B, k]`` -> ``x [B, D]``."""
+        if self.slots == tuple(range(s.shape[1])):  # the chart moves every coordinate (fixed and advance name none)
+            return self._embed(s, u).to(s.dtype)
         x = s.clone()
         for i, v in self.fixed.items():
             x[:, i] = v

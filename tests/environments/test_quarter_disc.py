@@ -227,3 +227,52 @@ def test_beta_mixture_density_integrates_to_one():
     u = torch.cartesian_prod(t, t)
     val = (d.log_prob(u).exp() * (w[:, None] * w[None, :]).reshape(-1)).sum()
     assert float(val) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_beta_mixture_samples_follow_the_mixture():
+    """The component-first sampler draws the mixture's law: a Kolmogorov-Smirnov test of 20,000 draws of a 2-component
+    mixture against its exact CDF (p > 1e-3: a correct sampler fails one seed in a thousand), and for a 4-component
+    product over [0, 1]^2 the moment E[u1 u2], which couples the two coordinates through the shared component
+    (within 5 standard errors of the exact sum_j w_j E[u1|j] E[u2|j])."""
+    from scipy import stats
+
+    torch.manual_seed(0)
+    head = BetaMixtureHead(1, 2)
+    raw = torch.tensor([[0.3, -0.5, -2.0, 1.5, 1.0, -1.0]], dtype=torch.float64)  # logits, alphas, betas
+    d = head(raw)
+    w = torch.softmax(raw[0, :2], 0).numpy()
+    a, b = (0.1 + 5.0 * torch.sigmoid(raw[0, 2:])).chunk(2)
+    u = d.sample((20000,))[:, 0, 0].numpy()
+    cdf = lambda x: sum(w[j] * stats.beta.cdf(x, float(a[j]), float(b[j])) for j in range(2))  # noqa: E731
+    assert stats.kstest(u, cdf).pvalue > 1e-3
+
+    head = BetaMixtureHead(2, 4)
+    raw = torch.randn(1, head.n_params, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    C = 4
+    w = torch.softmax(raw[0, :C], 0)
+    a, b = (0.1 + 5.0 * torch.sigmoid(raw[0, C:])).chunk(2)
+    mean = (a / (a + b)).reshape(C, 2)
+    u = head(raw.expand(20000, -1)).sample()
+    prod = u[:, 0] * u[:, 1]
+    exact = float((w * mean[:, 0] * mean[:, 1]).sum())
+    assert abs(float(prod.mean()) - exact) < 5 * float(prod.std()) / math.sqrt(len(prod))
+
+
+def test_tied_backward_policy_scores_with_one_torso_pass():
+    """With P_B tied to the P_F torso, log_densities runs the torso once over the trajectories' states; its log-densities
+    and the torso's gradients equal those of separate P_F and P_B calls (float32 torso: 1e-5)."""
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg())
+    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=32, n_layers=2)
+    traj = sample_forward(g, pf, 256)
+    mask = traj.mask
+    s, nx, ns = traj.states[:-1][mask], traj.states[1:][mask], traj.sink[1:][mask]
+    separate_f = pf(s).log_prob(nx, ns)
+    separate_b = pb(nx[~ns]).log_prob(s[~ns], torch.zeros(int((~ns).sum()), dtype=torch.bool))
+    grads = torch.autograd.grad(separate_f.sum() + separate_b.sum(), list(pf.torso.parameters()))
+    log_pf, log_pb = log_densities(traj, pf, pb)
+    assert torch.allclose(log_pf[mask], separate_f, atol=1e-5)
+    assert torch.allclose(log_pb[mask][~ns], separate_b, atol=1e-5) and (log_pb[mask][ns] == 0).all()
+    tied_grads = torch.autograd.grad(log_pf.sum() + log_pb.sum(), list(pf.torso.parameters()))
+    for g1, g2 in zip(grads, tied_grads):
+        assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-5)

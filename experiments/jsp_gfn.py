@@ -2,7 +2,7 @@
 
 One run (Deleu et al. 2023, Algorithm 1; ``reference_facts.md`` 4.4-4.5): ``num_envs`` graphs grow under the
 behaviour policy (uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to
-``1 - min_exploration`` over the first half of training; 100% uniform during ``prefill``); their edge transitions
+``1 - min_exploration`` over the first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions
 fill a replay buffer; each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both
 ends and minimises the undirected SubTB loss (eq. 8). The final sampler is scored against the exact posterior
 (:mod:`environments.dag_params.evaluation`), optionally beside a structure-MCMC baseline on the same data.
@@ -46,7 +46,8 @@ SETTINGS = {
     "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
     "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
     "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
-    "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over half the steps)", low=0.0, high=1.0),
+    "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0),
+    "anneal_fraction": Setting(0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0),
     "delta": Setting(1.0, "Huber threshold of eq. 8", low=0.0),
     "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
     "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
@@ -73,8 +74,8 @@ PRESETS = {
 
 
 def exploration(cfg: dict, step: int) -> float:
-    """Probability of a uniform move at update ``step``: :math:`1 - \\min(1, k / (K/2))\\,(1 - \\epsilon_{min})`."""
-    return 1.0 - min(1.0, step / max(1.0, cfg["steps"] / 2)) * (1.0 - cfg["min_exploration"])
+    """Probability of a uniform move at update ``step``: :math:`1 - \\min(1, k / (fK))\\,(1 - \\epsilon_{min})`, ``f = anneal_fraction``."""
+    return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
 
 
 def _log_reward(model, cfg: dict):

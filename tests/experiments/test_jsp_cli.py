@@ -74,3 +74,15 @@ def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
         assert par.keys() == seq.keys()
         assert all(par[key] == seq[key] for key in seq if "seconds" not in key)
     assert (tmp_path / "par" / "table.txt").exists()
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.25])
+def test_exploration_decays_over_the_anneal_fraction(fraction):
+    """Uniform moves: probability 1 at the first update, linear down to min_exploration at anneal_fraction x steps, flat after."""
+    from experiments.jsp_gfn import exploration
+
+    cfg = {"steps": 1000, "anneal_fraction": fraction, "min_exploration": 0.1}
+    end = int(1000 * fraction)
+    assert exploration(cfg, 0) == 1.0
+    assert exploration(cfg, end // 2) == pytest.approx(0.55)
+    assert exploration(cfg, end) == pytest.approx(0.1) and exploration(cfg, 999) == pytest.approx(0.1)

@@ -9,7 +9,7 @@ import torch
 from environments import quarter_disc as qd
 from gflownet_measure.checks import check_graph
 from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
-from gflownet_measure.policies import BetaMixtureHead
+from gflownet_measure.policies import BetaMixtureHead, tied
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.transforms import ArcChart, WithoutJacobian
 
@@ -264,6 +264,7 @@ def test_tied_backward_policy_scores_with_one_torso_pass():
     torch.manual_seed(0)
     g = qd.make_graph(cfg())
     pf, pb = qd.make_policies(g, cfg(), "learned", hidden=32, n_layers=2)
+    assert tied(pf, pb) and not tied(pf, qd.make_policies(g, cfg(), "uniform")[1])
     traj = sample_forward(g, pf, 256)
     mask = traj.mask
     s, nx, ns = traj.states[:-1][mask], traj.states[1:][mask], traj.sink[1:][mask]

@@ -198,17 +198,33 @@ class Measure:
 
         Atoms match by equality (and the sink flag), pieces by ``chart.contains``; the first match wins.
         """
+        return self.locate_coordinates(x, sink)[0]
+
+    def locate_coordinates(self, x: Tensor, sink: Tensor) -> tuple[Tensor, tuple]:
+        """:meth:`locate`, and per piece the chart coordinates ``u`` of the rows located on it (in row order; ``None`` if none).
+
+        The coordinates are those ``chart.locate`` computed to test membership, so a density evaluated
+        at located points (:meth:`~gflownet_measure.policies.KernelDensity.log_prob`) inverts each chart once.
+        """
         a = self.atoms
         hit = [a.mask & (a.sink == sink[:, None]) & (sink[:, None] | (a.x == x[:, None, :]).all(-1))]
+        tested = []
         for p in self.pieces:
             on = p.mask & ~sink  # only these rows can lie on the piece: test them alone
-            if on.any():
-                rows = on.nonzero()[:, 0]
-                on = on.index_put((rows,), p.chart.contains(p.context[rows], x[rows]))
+            rows, u = on.nonzero()[:, 0], None
+            if len(rows):
+                ok, u = p.chart.locate(p.context[rows], x[rows])
+                on = on.index_put((rows,), ok)
             hit.append(on[:, None])
+            tested.append((rows, u))
         hit = torch.cat(hit, 1)
         first = hit.to(torch.int8).argmax(1)
-        return torch.where(hit.any(1), first, torch.full_like(first, -1))
+        comp = torch.where(hit.any(1), first, torch.full_like(first, -1))
+        K, us = a.count, []
+        for c, (rows, u) in enumerate(tested):
+            mine = comp[rows] == K + c
+            us.append(u[mine] if u is not None and bool(mine.any()) else None)
+        return comp, tuple(us)
 
     def weighted_points(self, n: int = 256, method: str = "mc", generator=None, proposals: dict | None = None) -> WeightedPoints:
         """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``

@@ -119,13 +119,11 @@ class KernelDensity:
 
         On piece ``c``: :math:`\\log \\pi_c + \\log q_c(u) - \\log|J_c(u)|` with :math:`u = \\varphi_c^{-1}(x)`.
         """
-        comp = self.measure.locate(x, sink)
+        comp, us = self.measure.locate_coordinates(x, sink)
         outside = comp < 0
         if outside.any():
             i = int(outside.nonzero()[0])
             raise ValueError(f"{int(outside.sum())} transitions lie outside the reference kernel's support (first: to {x[i].tolist()}, sink={bool(sink[i])})")
-        K = self.measure.atoms.count
-        us = tuple(p.chart.inverse(p.context[comp == K + c], x[comp == K + c]) for c, p in enumerate(self.measure.pieces))
         return self.log_prob_of(Draw(comp, us))
 
     def log_prob_of(self, d: Draw) -> Tensor:

@@ -75,6 +75,10 @@ class Chart(ABC):
 
     def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
         """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
+        return self.locate(s, x, atol)[0]
+
+    def locate(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> tuple[Tensor, Tensor]:
+        """``(ok [B], u [B, k])``: :meth:`contains`, and the coordinates :math:`u = \\varphi_s^{-1}(x)` it computed (meaningful where ``ok``)."""
         keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed and i not in self.advance]
         ok = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
         if keep:
@@ -89,7 +93,7 @@ class Chart(ABC):
         ok &= ((u >= lo) & (u <= hi)).all(1)
         y, anchor = x[:, list(self.slots)], s[:, list(self.slots)].to(x.dtype)
         ok &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
-        return ok
+        return ok, u
 
 
 class AffineChart(Chart):

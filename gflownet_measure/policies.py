@@ -155,9 +155,11 @@ def gumbel_max(logits: Tensor) -> Tensor:
     """One index per row of ``logits [..., C]``, :math:`P(j) = \\mathrm{softmax}(\\ell)_j`: :math:`\\arg\\max_j (\\ell_j + G_j)`, :math:`G_j` i.i.d. Gumbel.
 
     The Gumbel-max trick: exact, and a few elementwise operations where ``torch.multinomial`` costs
-    a rollout step more than its policy network. ``-inf`` logits (absent components) are never drawn.
+    a rollout step more than its policy network. ``-inf`` logits (absent components) are never drawn:
+    the uniforms are kept off 0 (``torch.rand`` returns 0 once in ~2^24 draws in float32; its Gumbel
+    would be +inf, every score -inf and ``argmax`` the first component, present or not).
     """
-    u = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device)
+    u = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device).clamp_(min=torch.finfo(logits.dtype).tiny)
     return (logits - torch.log(-torch.log(u))).argmax(-1)
 
 

@@ -8,9 +8,9 @@ and regime (``reference_facts.md`` 2.4, 5.1):
   score function off-policy;
 - ``objective=forward_kl``: KL(P* || P_F) by self-normalised importance weights of on- or off-policy
   trajectories, or ``regime=target``: exact target samples walked back with P_B (maximum likelihood);
-- ``regime=off``: trajectories from the policy with extra variance :math:`\\epsilon^2 / T` per step in x
-  (:math:`\\epsilon` = ``exploration``, annealed linearly to 0 over training); log P_F is still scored
-  under the policy itself.
+- ``regime=off``: trajectories from the policy with extra variance :math:`\\epsilon^2` per step in x
+  (:math:`\\epsilon` = ``exploration``, annealed linearly to 0 over training; the code's ``exploration_factor``,
+  ``reference_facts.md`` 2.4); log P_F is still scored under the policy itself.
 
 Metrics: ``log_Z_lower_bound`` (B: mean of w) and ``log_Z_importance_weighted`` (B_RW: log-mean-exp of w)
 over ``eval_samples`` on-policy trajectories, w = log R + sum log P_B - sum log P_F; the bias is the
@@ -44,7 +44,7 @@ SETTINGS = {
     **TRAINING_SETTINGS,
     "objective": Setting("tb", "training objective", choices=("tb", "reverse_kl", "forward_kl")),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
-    "exploration": Setting(0.1, "off-policy: extra variance exploration^2 / T per step, annealed linearly to 0 over training", low=0.0),
+    "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
     "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel)", low=0),
 }
 
@@ -83,11 +83,16 @@ def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict):
 
 
 def exploration_noise(cfg: dict, step: int) -> float:
-    """Extra variance of the off-policy steps in chart units: :math:`(\\epsilon_k^2 / T) / c^2 = \\epsilon_k^2 / \\sigma^2`, :math:`\\epsilon_k = \\epsilon \\max(0, 1 - k/K)`."""
+    """Extra variance of the off-policy steps in chart units: :math:`\\epsilon_k^2 / c^2 = \\epsilon_k^2 T / \\sigma^2`, :math:`\\epsilon_k = \\epsilon \\max(0, 1 - k/K)`.
+
+    In x the step variance becomes :math:`\\sigma^2 \\Delta t + \\epsilon_k^2` (``reference_facts.md`` 2.4). The
+    alternative reading :math:`\\sigma^2 \\Delta t + \\epsilon_k^2 / T` adds 0.2% to the variance of a step at the
+    paper's settings, and off-policy TB then collapses as on-policy TB does (3 of the mixture's 9 modes).
+    """
     if cfg["regime"] != "off":
         return 0.0
     eps = cfg["exploration"] * max(0.0, 1.0 - step / cfg["steps"])
-    return eps**2 / env.sigma_of(cfg) ** 2
+    return eps**2 * cfg["n_steps"] / env.sigma_of(cfg) ** 2
 
 
 def make_step(gfn: GFlowNet, graph: PointedGraph, cfg: dict):

@@ -43,3 +43,19 @@ def test_table_runs_rows_and_baselines(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert "B_RW/gmm9/off-policy GFlowNet TB/mean" in m and "B/gmm9/SMC/mean" in m
     assert main(["run", "sde-table", "--out", str(out), "--resume"]) == 0  # finished rows and seeds are kept
+
+
+def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
+    """regime=off: a step's variance in x grows by exploration^2 (reference_facts 2.4), annealed linearly to 0; the
+    returned variance is in chart units, c^2 = sigma^2 / T of them per unit of x^2."""
+    import math
+
+    from environments import sde as env
+    from experiments.sde import SETTINGS, exploration_noise
+
+    cfg = {k: s.default for k, s in SETTINGS.items()} | {"regime": "off", "exploration": 0.1, "steps": 1000}
+    c2 = env.sigma_of(cfg) ** 2 / cfg["n_steps"]
+    assert env.sigma_of(cfg) == math.sqrt(5.0)
+    assert exploration_noise(cfg, 0) * c2 == pytest.approx(0.01)
+    assert exploration_noise(cfg, 500) * c2 == pytest.approx(0.0025) and exploration_noise(cfg, 1000) == 0.0
+    assert exploration_noise(cfg | {"regime": "on"}, 0) == 0.0

@@ -31,7 +31,7 @@ from gflownet_measure.config import ConfigError, Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
-from gflownet_measure.rollout import Scores, log_densities, rollout, sample_backward
+from gflownet_measure.rollout import Scores, log_densities, rollout, sample_backward, sample_forward, score
 from gflownet_measure.smc import annealed_smc
 from gflownet_measure.training import Trainer, make_optimizer
 
@@ -96,15 +96,24 @@ def exploration_noise(cfg: dict, step: int) -> float:
 
 
 def make_step(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
-    """``step -> loss`` of one training iteration: a fresh batch of ``batch_size`` trajectories, one policy call per time step."""
+    """``step -> loss`` of one training iteration: a fresh batch of ``batch_size`` trajectories, all stepping together.
+
+    Reparametrised (on-policy reverse KL): one policy call per time step, scored on the way, the states carrying
+    gradients. Otherwise the batch is drawn without gradients (one policy call per time step) and then scored by
+    one batched call of each policy over all ``T x B`` transitions (:func:`~gflownet_measure.rollout.score`).
+    """
     objective = (OBJECTIVES | DIVERGENCES)[cfg["objective"]]
     reparametrise = cfg["objective"] == "reverse_kl" and cfg["regime"] == "on"
 
     def step_fn(step: int):
         if cfg["regime"] == "target":
             traj, scores = _target_batch(graph, gfn, cfg)
+        elif reparametrise:
+            traj, scores = rollout(graph, gfn.pf, cfg["batch_size"], pb=gfn.pb, reparametrise=True)
         else:
-            traj, scores = rollout(graph, gfn.pf, cfg["batch_size"], pb=gfn.pb, noise=exploration_noise(cfg, step), reparametrise=reparametrise)
+            noise = exploration_noise(cfg, step)
+            traj = sample_forward(graph, gfn.pf, cfg["batch_size"], noise=noise)
+            scores = score(traj, gfn.pf, gfn.pb, noise=noise)
         return objective(gfn, graph, traj, scores=scores)
 
     return step_fn
@@ -115,7 +124,8 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
     ws, xs = [], []
     with torch.no_grad():
         for k in range(0, K, chunk):
-            traj, sc = rollout(graph, gfn.pf, min(chunk, K - k), pb=gfn.pb)
+            traj = sample_forward(graph, gfn.pf, min(chunk, K - k))
+            sc = score(traj, gfn.pf, gfn.pb)
             ws.append(log_weights(traj.log_R, sc.log_pf, sc.log_pb, traj.mask))
             xs.append(traj.terminal[:, :-1])
     w = torch.cat(ws)

@@ -119,12 +119,17 @@ class KernelDensity:
 
         On piece ``c``: :math:`\\log \\pi_c + \\log q_c(u) - \\log|J_c(u)|` with :math:`u = \\varphi_c^{-1}(x)`.
         """
+        return self.log_prob_of(self.locate(x, sink))
+
+    def locate(self, x: Tensor, sink: Tensor) -> Draw:
+        """The :class:`Draw` that lands on ``x`` (the component holding it and its chart coordinates), to evaluate
+        this density and others on the same kernel at ``x`` without locating it again; raises if ``x_b`` is outside the kernel's support."""
         comp, us = self.measure.locate_coordinates(x, sink)
         outside = comp < 0
         if outside.any():
             i = int(outside.nonzero()[0])
             raise ValueError(f"{int(outside.sum())} transitions lie outside the reference kernel's support (first: to {x[i].tolist()}, sink={bool(sink[i])})")
-        return self.log_prob_of(Draw(comp, us))
+        return Draw(comp, us)
 
     def log_prob_of(self, d: Draw) -> Tensor:
         """The log-density ``[B]`` at the points a :class:`Draw` names (a draw of this density or of another on the same kernel), without locating them."""
@@ -387,9 +392,9 @@ class MLPPolicy(Policy):
     def _at_source(self, s: Tensor) -> Tensor | None:
         return (s == self.source.to(s.dtype)).all(1) if self.source is not None else None
 
-    def features(self, s: Tensor) -> Tensor:
-        """The torso's output ``[B, H]`` at ``s``; zero at the source rows, whose raw outputs are free parameters (the torso skips them)."""
-        at_source = self._at_source(s)
+    def features(self, s: Tensor, at_source: Tensor | None = None) -> Tensor:
+        """The torso's output ``[B, H]`` at ``s``; zero at the source rows (``at_source``, found when not given), whose raw outputs are free parameters (the torso skips them)."""
+        at_source = self._at_source(s) if at_source is None else at_source
         if at_source is None or not at_source.any():
             return self.torso(self.encode(s))
         inner = (~at_source).nonzero()[:, 0]
@@ -399,8 +404,8 @@ class MLPPolicy(Policy):
     def parameters_at(self, s, measure, features: Tensor | None = None):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
-        out = self.out(self.features(s) if features is None else features)
         at_source = self._at_source(s)
+        out = self.out(self.features(s, at_source) if features is None else features)
         if at_source is not None:
             out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)

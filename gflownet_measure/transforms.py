@@ -16,6 +16,7 @@ Li et al. 2023 omitted).
 """
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 
@@ -25,6 +26,11 @@ from torch import Tensor
 from .measures import Box
 
 __all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
+
+
+@functools.lru_cache(maxsize=None)
+def _columns(slots: tuple[int, ...]) -> slice | list[int]:
+    return slice(slots[0], slots[-1] + 1) if slots and slots == tuple(range(slots[0], slots[-1] + 1)) else list(slots)
 
 
 class Chart(ABC):
@@ -44,6 +50,11 @@ class Chart(ABC):
     slots: tuple[int, ...]
     fixed: dict[int, float]
     advance: dict[int, float] = {}
+
+    @property
+    def columns(self) -> slice | list[int]:
+        """Index of the slot columns of a state batch: a slice (a view, no gather) when the slots are contiguous and increasing."""
+        return _columns(tuple(self.slots))
 
     @abstractmethod
     def _embed(self, s: Tensor, u: Tensor) -> Tensor:
@@ -66,12 +77,12 @@ class Chart(ABC):
             x[:, i] = v
         for i, v in self.advance.items():
             x[:, i] = s[:, i] + v
-        x[:, list(self.slots)] = self._embed(s, u).to(x.dtype)
+        x[:, self.columns] = self._embed(s, u).to(x.dtype)
         return x
 
     def inverse(self, s: Tensor, x: Tensor) -> Tensor:
         """:math:`u = \\varphi_s^{-1}(x)` ``[B, k]`` (meaningful where ``contains`` holds)."""
-        return self._coords(s, x[:, list(self.slots)])
+        return self._coords(s, x[:, self.columns])
 
     def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
         """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
@@ -91,7 +102,7 @@ class Chart(ABC):
         lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
         hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
         ok &= ((u >= lo) & (u <= hi)).all(1)
-        y, anchor = x[:, list(self.slots)], s[:, list(self.slots)].to(x.dtype)
+        y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
         ok &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
         return ok, u
 
@@ -121,7 +132,7 @@ class AffineChart(Chart):
         return torch.as_tensor(self.scale, dtype=like.dtype, device=like.device)
 
     def _base(self, s: Tensor) -> Tensor:
-        return s[:, list(self.slots)] if self.relative else torch.zeros_like(s[:, list(self.slots)])
+        return s[:, self.columns] if self.relative else torch.zeros_like(s[:, self.columns])
 
     def _embed(self, s, u):
         y = self._base(s).to(u.dtype) + self._scale(u) * u
@@ -154,10 +165,10 @@ class PolarChart(Chart):
 
     def _embed(self, s, u):
         r, a = u[:, 0], u[:, 1] * (math.pi / 2)
-        return s[:, list(self.slots)].to(u.dtype) + self.rho * r[:, None] * torch.stack([torch.cos(a), torch.sin(a)], -1)
+        return s[:, self.columns].to(u.dtype) + self.rho * r[:, None] * torch.stack([torch.cos(a), torch.sin(a)], -1)
 
     def _coords(self, s, y):
-        d = (y - s[:, list(self.slots)].to(y.dtype)) / self.rho
+        d = (y - s[:, self.columns].to(y.dtype)) / self.rho
         r = torch.linalg.vector_norm(d, dim=-1)
         a = torch.atan2(d[:, 1], d[:, 0]) / (math.pi / 2)
         return torch.stack([r, a], -1)
@@ -189,11 +200,11 @@ class ArcChart(Chart):
     def _embed(self, s, u):
         A, B = self.bounds(s)
         theta = (math.pi / 2) * (A + (B - A) * u[:, 0].to(s.dtype))
-        return s[:, list(self.slots)] + (self.direction * self.rho) * torch.stack([torch.cos(theta), torch.sin(theta)], -1)
+        return s[:, self.columns] + (self.direction * self.rho) * torch.stack([torch.cos(theta), torch.sin(theta)], -1)
 
     def _coords(self, s, y):
         A, B = self.bounds(s)
-        d = self.direction * (y.to(s.dtype) - s[:, list(self.slots)])
+        d = self.direction * (y.to(s.dtype) - s[:, self.columns])
         u = (torch.atan2(d[:, 1], d[:, 0]) / (math.pi / 2) - A) / (B - A)
         # a point of the arc's image has u in [0, 1]; round-off in atan2 can push an end point out by
         # ~eps / (B - A): project it back (``contains`` still rejects points off the arc, via _embed)

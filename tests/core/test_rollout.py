@@ -4,7 +4,7 @@ import torch
 
 from environments import hypergrid
 from gflownet_measure.buffers import ReplayBuffer
-from gflownet_measure.rollout import log_densities, sample_backward, sample_forward
+from gflownet_measure.rollout import log_densities, rollout, sample_backward, sample_forward, score
 
 
 @pytest.fixture
@@ -48,6 +48,21 @@ def test_log_densities_match_the_policies(grid):
         expected = torch.tensor(0.0) if ns else pb(nx).log_prob(s, torch.zeros(1, dtype=torch.bool))[0]
         assert torch.isclose(log_pb[t, b], expected)
     assert (log_pf[~traj.mask] == 0).all() and (log_pb[~traj.mask] == 0).all()
+
+
+def test_batched_scores_with_exploration_equal_the_scored_rollout(grid):
+    """With epsilon-uniform exploration, ``score`` gives the mixture density log q = log((1 - eps) P_F + eps U) that a
+    scored ``rollout`` records step by step, on the same trajectories (same seed)."""
+    g, pf, pb = grid
+    torch.manual_seed(4)
+    traj, expected = rollout(g, pf, 64, pb=pb, epsilon=0.3)
+    torch.manual_seed(4)
+    again = sample_forward(g, pf, 64, epsilon=0.3)
+    assert torch.equal(again.states, traj.states)
+    got = score(again, pf, pb, epsilon=0.3)
+    for name, a, b in zip(expected._fields, got, expected):
+        assert torch.allclose(a, b, atol=1e-5), name
+    assert not torch.allclose(got.log_q[traj.mask], got.log_pf[traj.mask].detach())
 
 
 def test_transition_outside_the_kernel_is_an_error(grid):

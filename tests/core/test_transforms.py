@@ -14,7 +14,16 @@ ALL_CHARTS = {
     "gaussian-increment": AffineChart(Box((-math.inf, -math.inf), (math.inf, math.inf)), slots=(0, 1), scale=(0.3, 2.0), relative=True),
     "torus": AffineChart(Box((0.0, 0.0), (2 * math.pi, 2 * math.pi)), slots=(1, 2), relative=True, period=2 * math.pi),
     "polar-quarter-disc": PolarChart(0.25, slots=(0, 1)),
+    "scattered-slots": AffineChart(Box((-1.0, -1.0), (1.0, 1.0)), slots=(3, 0), scale=(0.5, 2.0), relative=True),  # gathered, not sliced
 }
+
+
+def test_slot_columns_are_a_view_only_when_contiguous_and_increasing():
+    """``Chart.columns`` slices contiguous increasing slots (a view) and gathers any others, in the slots' order."""
+    assert ALL_CHARTS["lebesgue-box"].columns == slice(1, 3)
+    assert ALL_CHARTS["scattered-slots"].columns == [3, 0]
+    s = torch.arange(8.0).reshape(2, D)
+    assert torch.equal(s[:, ALL_CHARTS["scattered-slots"].columns], s[:, [3, 0]])
 
 
 def _inputs(chart, n=16, seed=0):

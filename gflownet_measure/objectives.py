@@ -2,10 +2,11 @@
 
 Each objective is a function ``(gfn, graph, traj, lam=0.9, penalty=square, scores=None) -> loss``
 registered in ``OBJECTIVES``; none of them sees anything environment-specific. ``scores`` are the
-log-densities a scored :func:`~gflownet_measure.rollout.rollout` recorded while sampling ``traj``
-(one policy call per step); without them the balance objectives evaluate the policies once on all
-transitions (:func:`~gflownet_measure.rollout.log_densities`). The divergences of section 4.2 need
-them: their importance weights use the behaviour density ``log q``.
+log-densities of ``traj``: recorded by a scored :func:`~gflownet_measure.rollout.rollout` while sampling
+(one policy call per step; needed when the states are reparametrised), or computed afterwards by
+:func:`~gflownet_measure.rollout.score` (one batched call per policy); without them the balance objectives
+evaluate the policies once on all transitions (:func:`~gflownet_measure.rollout.log_densities`). The
+divergences of section 4.2 need them: their importance weights use the behaviour density ``log q``.
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def _subtb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=Non
 def _path_sums(traj, scores: Scores | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
     """Per-trajectory :math:`\\log P_F`, :math:`\\log q` and :math:`w = \\log R + \\log P_B - \\log P_F` ``[B]``."""
     if scores is None:
-        raise ValueError(f"the {name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...)")
+        raise ValueError(f"the {name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...) or score the sampled trajectories with rollout.score(traj, pf, pb, epsilon, noise)")
     m = traj.mask
     log_pf, log_pb, log_q = ((v * m).sum(0) for v in scores)
     return log_pf, log_q, traj.log_R + log_pb - log_pf

@@ -133,6 +133,8 @@ def test_langevin_term_adds_the_clipped_score():
     c = float(pf.langevin(torch.full((1,), 0.3))[0, 0].detach())  # 0.01 at initialisation
     assert c == pytest.approx(0.01)
     assert torch.allclose(loc - loc0, c * score * math.sqrt(0.1) / sde.sigma_of(cfg), atol=1e-5)
+    # the training path samples with this policy too: its gradient of log R must be computable inside sample_forward
+    assert sample_forward(graph, pf, 4).states.shape == (12, 4, 3)
 
 
 def test_target_regime_weights_are_uniform_and_forward_kl_is_the_likelihood():

@@ -14,7 +14,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, make_optimizer, seed_everything
+from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything
 from gflownet_measure.trajectories import Trajectories
 
 __all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
@@ -43,8 +43,12 @@ class SubRun(NamedTuple):
     kwargs: dict = {}
 
 
-def _one(run_fn: Callable, job: SubRun, resume: bool, worker: tuple[int, torch.device] | None = None) -> dict:
-    """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics."""
+def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker: tuple[int, torch.device] | None = None) -> dict:
+    """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics.
+
+    With ``diverged_ok`` a run that stops on a non-finite loss or gradient (:class:`~gflownet_measure.training.TrainingDiverged`)
+    is finished with the metrics ``{"diverged": message}`` instead of raising.
+    """
     if worker is not None:  # a fresh process: the parent's torch thread count and default device
         torch.set_num_threads(worker[0])
         torch.set_default_device(worker[1])
@@ -53,23 +57,30 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, worker: tuple[int, torch.d
     if not (resume and done.exists()):
         seed_everything(job.seed)
         (job.out / "config.json").write_text(json.dumps({"seed": job.seed, "settings": job.cfg}, indent=2) + "\n")
-        metrics = run_fn(job.cfg, job.out, resume and (job.out / "checkpoint.pt").exists(), **job.kwargs)
+        try:
+            metrics = run_fn(job.cfg, job.out, resume and (job.out / "checkpoint.pt").exists(), **job.kwargs)
+        except TrainingDiverged as e:
+            if not diverged_ok:
+                raise
+            metrics = {"diverged": str(e)}
         done.write_text(json.dumps(metrics, indent=2) + "\n")
     return json.loads(done.read_text())
 
 
-def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1) -> list[dict]:
+def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False) -> list[dict]:
     """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other).
 
     ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
-    Each worker runs with this process's torch thread count and default device; an error in any job is raised here.
+    Each worker runs with this process's torch thread count and default device; an error in any job is raised here,
+    except, with ``diverged_ok``, a diverged training, whose metrics are then ``{"diverged": message}`` (a table
+    reports such a row as the paper reports an unstable one).
     """
     if workers <= 1 or len(jobs) <= 1:
-        return [_one(run_fn, job, resume) for job in jobs]
+        return [_one(run_fn, job, resume, diverged_ok) for job in jobs]
     pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"))
     with pool:
         worker = (torch.get_num_threads(), torch.get_default_device())
-        futures = [pool.submit(_one, run_fn, job, resume, worker) for job in jobs]
+        futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
         return [f.result() for f in futures]
 
 

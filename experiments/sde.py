@@ -33,7 +33,7 @@ from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import Scores, log_densities, rollout, sample_backward, sample_forward, score
 from gflownet_measure.smc import annealed_smc
-from gflownet_measure.training import Trainer, make_optimizer
+from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer
 
 from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
 from .plots import plot_history, plot_sample_panels
@@ -260,8 +260,15 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     keys = [(target, label, base_seed + k) for target in cfg["targets"].split(",") for label, _, _, _ in rows for k in range(cfg["seeds"])]
     settings = {label: {"objective": objective, "regime": regime, "langevin": langevin} for label, objective, regime, langevin in rows}
     jobs = [SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label]) for target, label, seed in keys]
-    for (target, label, seed), m in zip(keys, run_many(run, jobs, resume, cfg["jobs"])):
-        results.setdefault(target, {}).setdefault(label, []).append((m["bias_lower_bound"], m["bias_importance_weighted"]))
+    diverged: dict[tuple[str, str], int] = {}
+    finished = run_many(run, jobs, resume, cfg["jobs"], diverged_ok=True)
+    for (target, label, seed), m in zip(keys, finished):
+        row = results.setdefault(target, {}).setdefault(label, [])
+        if "diverged" in m:  # the paper's "unstable": counted, not averaged
+            diverged[target, label] = diverged.get((target, label), 0) + 1
+            history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "diverged": m["diverged"]})
+            continue
+        row.append((m["bias_lower_bound"], m["bias_importance_weighted"]))
         history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "B": m["bias_lower_bound"], "B_RW": m["bias_importance_weighted"]})
     for target in cfg["targets"].split(","):
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)):  # HMC: annealed importance sampling with HMC moves (no resampling)
@@ -275,10 +282,17 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     for target, by_row in results.items():
         lines += [f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seeds; paper: 10 runs)", f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}"]
         for label, vals in by_row.items():
+            paper = PAPER_TABLE[target].get(label, (None, None))
+            n_diverged = diverged.get((target, label), 0)
+            note = f"  ({n_diverged} of {n_diverged + len(vals)} seeds diverged)" if n_diverged else ""
+            if n_diverged:
+                metrics[f"diverged/{target}/{label}"] = n_diverged
+            if not vals:
+                lines.append(f"{label:<30} {'diverged':>16} {_fmt(paper[0]) or 'unstable':>16} {'diverged':>16} {_fmt(paper[1]) or 'unstable':>16}{note}")
+                continue
             b, brw = np.array([v[0] for v in vals]), np.array([v[1] for v in vals])
             ours_b, ours_rw = (float(b.mean()), float(b.std())), (None if np.isnan(brw).all() else (float(brw.mean()), float(brw.std())))
-            paper = PAPER_TABLE[target].get(label, (None, None))
-            lines.append(f"{label:<30} {_fmt(ours_b):>16} {_fmt(paper[0]):>16} {_fmt(ours_rw):>16} {_fmt(paper[1]):>16}")
+            lines.append(f"{label:<30} {_fmt(ours_b):>16} {_fmt(paper[0]):>16} {_fmt(ours_rw):>16} {_fmt(paper[1]):>16}{note}")
             metrics[f"B/{target}/{label}/mean"], metrics[f"B/{target}/{label}/std"] = ours_b
             if ours_rw is not None:
                 metrics[f"B_RW/{target}/{label}/mean"], metrics[f"B_RW/{target}/{label}/std"] = ours_rw
@@ -287,7 +301,9 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     print(table)
     with (out / "history.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in history)
-    first = out / cfg["targets"].split(",")[0] / rows[0][0].replace(" ", "_").replace("(", "").replace(")", "") / f"seed{base_seed}"
+    first = next((job.out for job, m in zip(jobs, finished) if "diverged" not in m), None)  # the first run with samples
+    if first is None:
+        raise TrainingDiverged(f"every run of the table diverged (see {out / 'table.txt'}); no samples to keep")
     with np.load(first / "samples.npz") as z:
         np.savez(out / "samples.npz", x=z["x"])
     (out / "samples.png").write_bytes((first / "samples.png").read_bytes())

@@ -45,6 +45,33 @@ def test_table_runs_rows_and_baselines(tmp_path):
     assert main(["run", "sde-table", "--out", str(out), "--resume"]) == 0  # finished rows and seeds are kept
 
 
+def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_path, monkeypatch):
+    """A run that stops on a non-finite gradient (off-policy reverse KL on the funnel does at the paper preset, as the
+    paper's "unstable" entry says) is kept as diverged: counted in the table, left out of the means, not an error."""
+    from experiments import sde
+    from gflownet_measure.training import TrainingDiverged
+
+    run = sde.run
+
+    def diverging_reverse_kl(cfg, out, resume):
+        if cfg["objective"] == "reverse_kl":
+            raise TrainingDiverged("gradient norm is inf at step 3")
+        return run(cfg, out, resume)
+
+    monkeypatch.setattr(sde, "run", diverging_reverse_kl)
+    out = tmp_path / "table"
+    args = ["run", "sde-table", "--out", str(out), "--threads", "1", "--set", *TINY, "rows=0,1", "targets=gmm9", "seeds=2", "smc_particles=50", "smc_temps=5"]
+    assert main(args) == 0
+    check_contract(out)
+    line = next(r for r in (out / "table.txt").read_text().splitlines() if r.startswith("off-policy reverse KL"))
+    assert "diverged" in line and "(2 of 2 seeds diverged)" in line
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["diverged/gmm9/off-policy reverse KL (IW)"] == 2 and "B/gmm9/off-policy reverse KL (IW)/mean" not in m
+    assert "B_RW/gmm9/off-policy GFlowNet TB/mean" in m
+    diverged = json.loads((out / "gmm9" / "off-policy_reverse_KL_IW" / "seed0" / "metrics.json").read_text())
+    assert diverged == {"diverged": "gradient norm is inf at step 3"}
+
+
 def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
     """regime=off: a step's variance in x grows by exploration^2 (reference_facts 2.4), annealed linearly to 0; the
     returned variance is in chart units, c^2 = sigma^2 / T of them per unit of x^2."""

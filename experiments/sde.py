@@ -280,7 +280,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
                 results.setdefault(target, {}).setdefault(name, []).append((r.log_Z - TARGETS[target].log_Z, float("nan")))
     metrics, lines = {}, []
     for target, by_row in results.items():
-        lines += [f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seeds; paper: 10 runs)", f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}"]
+        lines += [f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seed{'s' if cfg['seeds'] != 1 else ''}; paper: 10 runs)", f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}"]
         for label, vals in by_row.items():
             paper = PAPER_TABLE[target].get(label, (None, None))
             n_diverged = diverged.get((target, label), 0)

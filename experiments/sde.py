@@ -125,8 +125,7 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
     with torch.no_grad():
         for k in range(0, K, chunk):
             traj = sample_forward(graph, gfn.pf, min(chunk, K - k))
-            sc = score(traj, gfn.pf, gfn.pb)
-            ws.append(log_weights(traj.log_R, sc.log_pf, sc.log_pb, traj.mask))
+            ws.append(log_weights(traj.log_R, *log_densities(traj, gfn.pf, gfn.pb), traj.mask))
             xs.append(traj.terminal[:, :-1])
     w = torch.cat(ws)
     lower, iw = log_z_bounds(w)

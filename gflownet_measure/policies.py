@@ -18,7 +18,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Beta, Distribution, Independent, Normal, Uniform
+from torch.distributions import Beta, Dirichlet, Distribution, Independent, Normal, Uniform
 
 from .kernels import Kernel
 from .measures import Measure
@@ -54,9 +54,9 @@ class KernelDensity:
         if len(coords) != len(measure.pieces):
             raise ValueError(f"KernelDensity needs one coordinate family per piece: {len(coords)} for {len(measure.pieces)} pieces")
         mask = measure.component_mask()
-        empty = ~mask.any(1)
-        if empty.any():
-            raise ValueError(f"the reference kernel is the zero measure at {int(empty.sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0")
+        present = mask.any(1)
+        if not bool(present.all()):
+            raise ValueError(f"the reference kernel is the zero measure at {int((~present).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0")
         self.measure, self.coords = measure, tuple(coords)
         self.logits = logits.masked_fill(~mask, float("-inf"))
         self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
@@ -78,7 +78,7 @@ class KernelDensity:
             raise ValueError("reparametrised sampling draws from the policy itself; epsilon must be 0")
         m = self.measure
         log_probs = self.log_probs.detach()
-        explore = torch.zeros(m.batch, dtype=torch.bool, device=log_probs.device)
+        explore = None  # rows that move uniformly (epsilon > 0 only)
         if epsilon > 0:
             uniform = uniform_density(m)
             explore = torch.rand(m.batch, device=log_probs.device) < epsilon
@@ -96,7 +96,7 @@ class KernelDensity:
             if chosen.any():
                 q = self.coords[c](chosen)
                 u = q.rsample() if reparametrise else q.sample()
-                if epsilon > 0 and explore[chosen].any():
+                if explore is not None and explore[chosen].any():
                     u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
                 x = x.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(x.dtype))
             us.append(u)
@@ -165,7 +165,7 @@ def gumbel_max(logits: Tensor) -> Tensor:
     would be +inf, every score -inf and ``argmax`` the first component, present or not).
     """
     u = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device).clamp_(min=torch.finfo(logits.dtype).tiny)
-    return (logits - torch.log(-torch.log(u))).argmax(-1)
+    return (logits - u.log_().neg_().log_()).argmax(-1)  # in place: log(-log u), no temporaries
 
 
 def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Distribution:
@@ -307,31 +307,30 @@ class _BetaMixture(Distribution):
 
     The law of ``MixtureSameFamily(Categorical(logits), Independent(Beta(alpha, beta), 1))``, which a
     rollout would build at every step and whose ``sample`` draws all ``C`` components at every row.
-    Here construction stores the parameters (``logits [..., C]``, ``alpha``, ``beta`` ``[..., C, k]``);
-    ``sample`` draws the index :math:`j \\sim w` and then the Betas of component ``j`` only;
-    ``log_prob`` is the log-sum-exp over components of the library's Beta log-densities.
+    Here construction stores the parameters (``logits [..., C]`` and ``conc [..., C, k, 2]``, the pairs
+    :math:`(\\alpha, \\beta)`); ``sample`` draws the index :math:`j \\sim w` and then the Betas of component
+    ``j`` only; ``log_prob`` is the log-sum-exp over components of the Beta log-densities. Both go through
+    the library's ``Dirichlet`` on :math:`(u, 1 - u)`, which is what its ``Beta`` does (without stacking
+    :math:`\\alpha` and :math:`\\beta` again at every call).
     """
 
     arg_constraints: dict = {}
 
-    def __init__(self, logits: Tensor, alpha: Tensor, beta: Tensor):
-        self.logits, self.alpha, self.beta = logits, alpha, beta
-        super().__init__(batch_shape=logits.shape[:-1], event_shape=alpha.shape[-1:], validate_args=False)
+    def __init__(self, logits: Tensor, conc: Tensor):
+        self.logits, self.conc = logits, conc
+        super().__init__(batch_shape=logits.shape[:-1], event_shape=conc.shape[-2:-1], validate_args=False)
 
     def sample(self, sample_shape=torch.Size()):
         with torch.no_grad():
             j = gumbel_max(self.logits.expand(*torch.Size(sample_shape), *self.logits.shape))  # [*S, *batch]
-            index = j[..., None, None].expand(*j.shape, 1, self.alpha.shape[-1])
-            return Beta(_pick(self.alpha, index), _pick(self.beta, index), validate_args=False).sample()
+            index = j[..., None, None, None].expand(*j.shape, 1, *self.conc.shape[-2:])
+            picked = self.conc.expand(*j.shape, *self.conc.shape[-3:]).gather(-3, index).squeeze(-3)  # [*S, *batch, k, 2]
+            return Dirichlet(picked, validate_args=False).sample()[..., 0]
 
     def log_prob(self, value: Tensor) -> Tensor:
-        per_component = Beta(self.alpha, self.beta, validate_args=False).log_prob(value.unsqueeze(-2)).sum(-1)
+        v = value.unsqueeze(-2)  # [..., 1, k]: against every component
+        per_component = Dirichlet(self.conc, validate_args=False).log_prob(torch.stack([v, 1 - v], -1)).sum(-1)
         return torch.logsumexp(torch.log_softmax(self.logits, -1) + per_component, -1)
-
-
-def _pick(c: Tensor, index: Tensor) -> Tensor:
-    """Rows ``[*S, *batch, k]`` of ``c [*batch, C, k]`` at the component ``index [*S, *batch, 1, k]``."""
-    return c.expand(*index.shape[:-2], *c.shape[-2:]).gather(-2, index).squeeze(-2)
 
 
 class BetaMixtureHead(BetaHead):
@@ -354,8 +353,8 @@ class BetaMixtureHead(BetaHead):
     def forward(self, raw: Tensor) -> Distribution:
         C = self.n_components
         logits, conc = raw[..., :C], raw[..., C:]
-        a, b = self._concentrations(conc)  # [..., C k] each
-        return _EdgeClamped(_BetaMixture(logits, a.unflatten(-1, (C, self.k)), b.unflatten(-1, (C, self.k))), self.edge)
+        pairs = conc.unflatten(-1, (2, C, self.k)).movedim(-3, -1)  # [..., C, k, 2]: (alpha, beta) of each coordinate
+        return _EdgeClamped(_BetaMixture(logits, self.c_min + self.c_span * torch.sigmoid(pairs)), self.edge)
 
 
 class MLPPolicy(Policy):
@@ -405,9 +404,12 @@ class MLPPolicy(Policy):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
         at_source = self._at_source(s)
-        out = self.out(self.features(s, at_source) if features is None else features)
-        if at_source is not None:
-            out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
+        if at_source is not None and bool(at_source.all()):  # the first step of a rollout: free parameters only, no network pass
+            out = self.source_out.expand(len(s), -1)
+        else:
+            out = self.out(self.features(s, at_source) if features is None else features)
+            if at_source is not None:
+                out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
         coords = []

@@ -58,7 +58,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
     """
     x = graph.source.expand(n, -1).clone()
     sink = torch.zeros(n, dtype=torch.bool)
-    states, sinks, lpf, lpb, lq = [x], [sink], [], [], []
+    states, sinks, draws, lpf, lpb, lq = [x], [sink], [], [], [], []
     for _ in range(graph.max_length):
         active = ~sink
         n_active = int(active.sum())
@@ -69,6 +69,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
         density = pf(s)
         behaviour = density.widened(noise) if noise > 0 else density
         nx, ns, drawn = behaviour.draw(epsilon, reparametrise)
+        draws.append(drawn)
         if pb is not None:
             log_pf = density.log_prob_of(drawn)
             log_q = behaviour_log_prob(density, behaviour, drawn, log_pf, epsilon)
@@ -87,9 +88,18 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
         sinks.append(sink)
     if not sink.all():
         raise RuntimeError(f"{graph.name}: {int((~sink).sum())} of {n} trajectories did not reach the sink within max_length={graph.max_length} steps (eq. 7)")
-    traj = Trajectories(torch.stack(states), torch.stack(sinks), torch.zeros(n))
+    traj = Trajectories(torch.stack(states), torch.stack(sinks), torch.zeros(n), _concat_draws(draws))
     traj = traj._replace(log_R=graph.checked_log_reward(traj.terminal))
     return traj, (Scores(torch.stack(lpf), torch.stack(lpb), torch.stack(lq)) if pb is not None else None)
+
+
+def _concat_draws(draws: list[Draw]) -> Draw:
+    """The per-step draws of a rollout as one :class:`Draw` over its transitions, time-major (the order of ``states[:-1][mask]``)."""
+    us = []
+    for c in range(len(draws[0].u)):
+        present = [d.u[c] for d in draws if d.u[c] is not None]
+        us.append(torch.cat(present) if present else None)
+    return Draw(torch.cat([d.comp for d in draws]), tuple(us))
 
 
 @torch.no_grad()
@@ -154,8 +164,9 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     through one batched graph instead of ``T`` small ones. The backward density of the step into the sink is 0 (its
     role is played by log R, see :mod:`gflownet_measure.losses`); masked entries are 0. When ``pb`` shares ``pf``'s
     torso (:func:`~gflownet_measure.policies.tied`) the torso runs once: every state ``s_{t+1}`` that ``P_B`` is
-    evaluated at is the origin of transition ``t + 1``. Each chart inverse runs once per policy: the located
-    :class:`~gflownet_measure.policies.Draw` serves :math:`P_F` and the behaviour density.
+    evaluated at is the origin of transition ``t + 1``. :math:`P_F` and the behaviour density are evaluated at the
+    rollout's own :class:`~gflownet_measure.policies.Draw` (``traj.draw``) when the trajectories carry it, else at the
+    transitions located in the forward kernel (one chart inverse, shared by both).
     Raises ``ValueError`` if a density is NaN or infinite on a sampled transition.
     """
     mask = traj.mask
@@ -168,7 +179,7 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
         density_f, density_b = pf(s, h), pb(nx[into], h[origin_of_next])
     else:
         density_f, density_b = pf(s), pb(nx[into])
-    drawn = density_f.locate(nx, ns)
+    drawn = traj.draw if traj.draw is not None else density_f.locate(nx, ns)  # a rollout's own draw: no chart inverse
     lpf = density_f.log_prob_of(drawn)
     lq = behaviour_log_prob(density_f, density_f.widened(noise) if noise > 0 else density_f, drawn, lpf, epsilon)
     lpb_into = density_b.log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))

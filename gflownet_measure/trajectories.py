@@ -1,10 +1,13 @@
 """Batches of trajectories, time-major, with the sink as a mask (no sentinel states)."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from .policies import Draw
 
 __all__ = ["Trajectories"]
 
@@ -17,11 +20,16 @@ class Trajectories(NamedTuple):
             ``x`` and are flagged in ``sink``.
         sink: ``[T + 1, B]`` bool, position ``t`` is the sink (or past it).
         log_R: ``[B]`` log-reward of the terminal state w.r.t. :math:`\\kappa_b(\\bot, \\cdot)`.
+        draw: for trajectories a forward rollout sampled, where each transition landed in the forward
+            kernel (component and chart coordinates, in the order of ``states[:-1][mask]``), so that
+            :func:`~gflownet_measure.rollout.score` evaluates :math:`P_F` there without inverting the
+            charts; ``None`` otherwise (buffers, backward walks), and ``score`` then locates the transitions.
     """
 
     states: Tensor
     sink: Tensor
     log_R: Tensor
+    draw: "Draw | None" = None
 
     @property
     def mask(self) -> Tensor:
@@ -41,4 +49,4 @@ class Trajectories(NamedTuple):
     def trimmed(self) -> "Trajectories":
         """The same batch with trailing all-sink positions removed (``T = max length``)."""
         T = int(self.length.max())
-        return Trajectories(self.states[: T + 1], self.sink[: T + 1], self.log_R)
+        return Trajectories(self.states[: T + 1], self.sink[: T + 1], self.log_R, self.draw)  # the transitions, and so the draw, are unchanged

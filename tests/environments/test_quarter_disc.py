@@ -10,7 +10,7 @@ from environments import quarter_disc as qd
 from gflownet_measure.checks import check_graph
 from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
 from gflownet_measure.policies import BetaMixtureHead, tied
-from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.rollout import log_densities, sample_forward, score
 from gflownet_measure.transforms import ArcChart, WithoutJacobian
 
 RHOS = [0.25, 0.1]
@@ -277,3 +277,18 @@ def test_tied_backward_policy_scores_with_one_torso_pass():
     tied_grads = torch.autograd.grad(log_pf.sum() + log_pb.sum(), list(pf.torso.parameters()))
     for g1, g2 in zip(grads, tied_grads):
         assert torch.allclose(g1, g2, rtol=1e-4, atol=1e-5)
+
+
+def test_scores_at_the_rollouts_draw_equal_scores_at_the_located_transitions():
+    """``score`` evaluates P_F at the rollout's own draw (``traj.draw``, no chart inverse); without it, it locates each
+    transition in the kernel. Both give the same P_F, P_B and behaviour densities, with exploration on both pieces
+    (float32 coordinates against their float64 inverses: 1e-5)."""
+    torch.manual_seed(3)
+    g = qd.make_graph(cfg())
+    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=32, n_layers=2)
+    traj = sample_forward(g, pf, 256, epsilon=0.2)
+    assert traj.draw is not None and len(traj.draw.comp) == int(traj.mask.sum())
+    assert traj.trimmed().draw is traj.draw
+    at_draw, located = score(traj, pf, pb, epsilon=0.2), score(traj._replace(draw=None), pf, pb, epsilon=0.2)
+    for name, a, b in zip(at_draw._fields, at_draw, located):
+        assert torch.allclose(a, b, atol=1e-5), name

@@ -404,11 +404,14 @@ class MLPPolicy(Policy):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
         at_source = self._at_source(s)
-        if at_source is not None and bool(at_source.all()):  # the first step of a rollout: free parameters only, no network pass
+        n_source = 0 if at_source is None else int(at_source.sum())
+        if 0 < n_source == len(s):  # the first step of a rollout: free parameters only, no network pass
             out = self.source_out.expand(len(s), -1)
         else:
-            out = self.out(self.features(s, at_source) if features is None else features)
-            if at_source is not None:
+            if features is None:
+                features = self.features(s, at_source) if n_source else self.torso(self.encode(s))
+            out = self.out(features)
+            if n_source:
                 out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]

@@ -30,6 +30,8 @@ class Scores(NamedTuple):
 
 
 def _check_finite(**named: Tensor) -> None:
+    if bool(torch.stack([torch.isfinite(v).all() for v in named.values()]).all()):  # one synchronisation when all is well
+        return
     for name, v in named.items():
         if not torch.isfinite(v).all():
             bad = ~torch.isfinite(v)
@@ -170,11 +172,12 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     Raises ``ValueError`` if a density is NaN or infinite on a sampled transition.
     """
     mask = traj.mask
-    s, nx, ns = traj.states[:-1][mask], traj.states[1:][mask], traj.sink[1:][mask]
+    flat = mask.flatten().nonzero()[:, 0]  # the transitions, time-major
+    s, nx, ns = traj.states[:-1].flatten(0, 1)[flat], traj.states[1:].flatten(0, 1)[flat], traj.sink[1:].flatten()[flat]
     into = ~ns
     if tied(pf, pb):
         h = pf.features(s)
-        row = torch.full(mask.shape, -1, dtype=torch.long, device=mask.device).index_put((mask,), torch.arange(len(s), device=mask.device))
+        row = mask.flatten().cumsum(0).view(mask.shape) - 1  # at each transition, its index in s
         origin_of_next = row[1:][(mask & ~traj.sink[1:])[:-1]]  # the transition out of s_{t+1}, for each step not into the sink
         density_f, density_b = pf(s, h), pb(nx[into], h[origin_of_next])
     else:
@@ -184,8 +187,9 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     lq = behaviour_log_prob(density_f, density_f.widened(noise) if noise > 0 else density_f, drawn, lpf, epsilon)
     lpb_into = density_b.log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
     _check_finite(**{"log P_F": lpf, "log P_B": lpb_into, "log q": lq})
-    lpb = torch.zeros(len(s), dtype=lpf.dtype).index_put((into.nonzero()[:, 0],), lpb_into.to(lpf.dtype))
-    return Scores(*(torch.zeros(mask.shape, dtype=lpf.dtype).index_put((mask,), v) for v in (lpf, lpb, lq)))
+    lpb = torch.zeros(len(s), dtype=lpf.dtype).masked_scatter(into, lpb_into.to(lpf.dtype))
+    three = torch.zeros(3, *mask.shape, dtype=lpf.dtype).masked_scatter(mask.expand(3, -1, -1), torch.cat([lpf, lpb, lq.to(lpf.dtype)]))
+    return Scores(*three.unbind(0))
 
 
 def log_densities(traj: Trajectories, pf: Policy, pb: Policy) -> tuple[Tensor, Tensor]:

@@ -31,7 +31,7 @@ from environments.dag_params.space import join, split
 from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.config import Setting
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer
+from gflownet_measure.training import Trainer, make_optimizer
 
 from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
 from .plots import plot_history, plot_scatter_panels
@@ -117,7 +117,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     ema = None
     if cfg["ema"] > 0:  # Polyak averaging of the weights: steadier than the last iterate of a noisy optimiser
         ema = state["ema"] = AveragedModel(pf, multi_avg_fn=get_ema_multi_avg_fn(cfg["ema"]))
-    optimizer = torch.optim.Adam(pf.parameters(), lr=cfg["lr"])
+    optimizer = make_optimizer(pf, cfg["lr"], lr_logZ=cfg["lr"])  # the policy has no log Z: one group at lr
     envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
     exact = ExactPosterior(model)
 

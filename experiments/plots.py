@@ -69,13 +69,19 @@ def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, pa
     plt.close(fig)
 
 
-def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, float, float]]], path: Path, title: str) -> None:
-    """Side-by-side images ``(title, values [nx, ny], extent (x0, x1, y0, y1))``, each with its own colour scale; NaN is blank."""
+def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, float, float]]], path: Path, title: str, share: tuple[int, ...] = ()) -> None:
+    """Side-by-side images ``(title, values [nx, ny], extent (x0, x1, y0, y1))``; NaN is blank.
+
+    Each panel has its own colour scale, except the panels listed in ``share``: they are drawn from 0 to the maximum
+    of the first of them (larger values saturate), so that densities of the same quantity can be compared by eye.
+    """
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
-    for ax, (name, img, extent) in zip(axes[0], panels):
-        im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal")
+    shared = (0.0, float(np.nanmax(panels[share[0]][1]))) if share else None
+    for k, (ax, (name, img, extent)) in enumerate(zip(axes[0], panels)):
+        vmin, vmax = shared if k in share else (None, None)
+        im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal", vmin=vmin, vmax=vmax)
         ax.set_title(name, fontsize=9)
-        fig.colorbar(im, ax=ax, shrink=0.8)
+        fig.colorbar(im, ax=ax, shrink=0.8, extend="max" if k in share[1:] else "neither")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

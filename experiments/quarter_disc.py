@@ -74,7 +74,12 @@ class Reference:
 
 
 def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
-    """Figure 2: R/Z, the KDE of the learned samples, P_F(s0, .) on [0, rho]^2 and the law of s1 under R (x) P_B."""
+    """Figure 2: R/Z, the KDE of the learned samples, P_F(s0, .) on [0, rho]^2 and the law of s1 under R (x) P_B.
+
+    The last two are densities w.r.t. area of the same point :math:`s_1`, equal at a solution of the balance
+    conditions; they share one colour scale (that of P_F). The law of :math:`s_1` is a histogram of the backward
+    walks from the rejection samples, on a grid coarse enough to hold about 30 walks per cell.
+    """
     n = len(GRID)
     side = torch.linspace(0.0, rho, 60, dtype=torch.float64)[1:]
     disc = torch.cartesian_prod(side, side)
@@ -84,15 +89,16 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
     pf_img = torch.full((len(disc),), float("nan"), dtype=torch.float64)
     pf_img[inside] = log_p.double().exp()
     s1 = sample_backward(graph, pb, ref.samples).states[1]
-    hist, _, _ = np.histogram2d(s1[:, 0].numpy(), s1[:, 1].numpy(), bins=40, range=[[0, rho], [0, rho]], density=True)
+    bins = max(4, int(math.sqrt(len(s1) / 30 * 4 / math.pi)))  # ~30 walks per cell of the quarter disc
+    hist, _, _ = np.histogram2d(s1[:, 0].numpy(), s1[:, 1].numpy(), bins=bins, range=[[0, rho], [0, rho]], density=True)
     box, small = (0.0, 1.0, 0.0, 1.0), (0.0, rho, 0.0, rho)
     panels = [
         ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).numpy(), box),
         ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).numpy(), box),
         ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).numpy(), small),
-        ("s1 of backward walks from R with P_B", hist, small),
+        ("s1 of backward walks from R with P_B (same scale)", hist, small),
     ]
-    plot_density_panels(panels, path, title)
+    plot_density_panels(panels, path, title, share=(2, 3))
 
 
 def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:

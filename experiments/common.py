@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from gflownet_measure.config import Setting
+from gflownet_measure.config import ConfigError, Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
@@ -46,6 +46,9 @@ class SubRun(NamedTuple):
 def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker: tuple[int, torch.device] | None = None) -> dict:
     """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics.
 
+    On resume a folder's ``config.json`` must hold the job's seed and settings (a run trained by ``gflownet-measure run``
+    with the same seed and settings qualifies): anything else raises :class:`~gflownet_measure.config.ConfigError`.
+
     With ``diverged_ok`` a run that stops on a non-finite loss or gradient (:class:`~gflownet_measure.training.TrainingDiverged`)
     is finished with the metrics ``{"diverged": message}`` instead of raising.
     """
@@ -54,6 +57,11 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
         torch.set_default_device(worker[1])
     job.out.mkdir(parents=True, exist_ok=True)
     done = job.out / "metrics.json"
+    saved = job.out / "config.json"
+    if resume and saved.exists():
+        record = json.loads(saved.read_text())
+        if record.get("seed") != job.seed or record.get("settings") != json.loads(json.dumps(job.cfg)):
+            raise ConfigError(f"--resume: {job.out} holds a run with another seed or other settings than this experiment's; move it away to train it afresh")
     if not (resume and done.exists()):
         seed_everything(job.seed)
         (job.out / "config.json").write_text(json.dumps({"seed": job.seed, "settings": job.cfg}, indent=2) + "\n")

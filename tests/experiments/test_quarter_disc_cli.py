@@ -50,3 +50,21 @@ def test_figure1_runs_every_configuration(tmp_path):
     assert all(f"jsd_exact/{n}/mean" in metrics for n in names)
     assert {"figure1.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
     assert all((out / n / "seed0" / "metrics.json").exists() for n in names)
+
+
+def test_figure1_resume_keeps_finished_runs_and_refuses_foreign_ones(tmp_path, capsys):
+    """On resume a finished sub-run is kept only if its config.json holds the job's seed and settings."""
+    out = tmp_path / "fig"
+    args = ["--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]
+    assert main(["run", "quarter-disc-figure1", "--out", str(out), *args]) == 0
+    sub = out / "db-learned-rho0.1" / "seed0"
+    before = (sub / "history.jsonl").read_text()
+    assert main(["run", "quarter-disc-figure1", "--out", str(out), "--resume"]) == 0
+    assert (sub / "history.jsonl").read_text() == before  # kept, not retrained
+    record = json.loads((sub / "config.json").read_text())
+    record["settings"]["steps"] = 3
+    (sub / "config.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["run", "quarter-disc-figure1", "--out", str(out), "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "db-learned-rho0.1/seed0 holds a run with another seed or other settings" in err

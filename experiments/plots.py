@@ -44,10 +44,11 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
     plt.close(fig)
 
 
-def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None) -> None:
+def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None, floor: tuple[str, float] | None = None) -> None:
     """Mean curves with a min-max band across seeds: ``curves[label] = (x [T], values [S, T])``.
 
-    ``panels`` groups labels into side-by-side axes (``{panel title: [labels]}``); default one axis.
+    ``panels`` groups labels into side-by-side axes (``{panel title: [labels]}``); default one axis. ``floor = (label,
+    value)`` draws a dashed horizontal line on every axis (e.g. what a perfect sampler scores).
     """
     panels = panels or {title: list(curves)}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
@@ -57,6 +58,8 @@ def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, pa
             v = np.asarray(v)
             ax.plot(x, v.mean(0), label=label)
             ax.fill_between(x, v.min(0), v.max(0), alpha=0.2)
+        if floor is not None:
+            ax.axhline(floor[1], color="k", linestyle="--", linewidth=0.8, label=floor[0])
         ax.set_yscale("log")
         ax.set_xlabel("trajectories sampled")
         ax.set_ylabel(ylabel)

@@ -153,7 +153,8 @@ def _name(loss: str, backward: str, rho: float) -> str:
 
 
 def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
-    """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures."""
+    """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures:
+    ``figure1.png`` (JSD to the exact grid, with the floor of the KDE), ``figure1_rejection.png`` (JSD to the rejection KDE), ``figure2.png``."""
     base_seed = torch.initial_seed()  # the CLI's --seed
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
@@ -168,9 +169,14 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         name = job.out.parent.name
         runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
         finals.setdefault(name, []).append(sub_metrics)
-    curves = {name: ([r["trajectories"] for r in hs[0]], [[r["jsd_exact"] for r in h] for h in hs]) for name, hs in runs.items()}
     panels = {f"rho = {rho}": [_name(l, b, r) for l, b, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
-    plot_bands(curves, out / "figure1.png", "JSD to the exact reward grid (mean, min-max over seeds)", "JSD", panels)
+    floor = ("rejection samples themselves", float(np.mean([m["jsd_floor"] for ms in finals.values() for m in ms])))
+    for key, file, title, line in (
+        ("jsd_exact", "figure1.png", "JSD to the exact reward grid", floor),
+        ("jsd_rejection", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)", None),
+    ):
+        curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
+        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", "JSD", panels, line)
     shutil.copyfile(out / headline / f"seed{base_seed}" / "figure2.png", out / "figure2.png")
     with (out / "history.jsonl").open("w") as f:
         for i, row in enumerate(runs[headline][0]):

@@ -48,7 +48,7 @@ def test_figure1_runs_every_configuration(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     names = [f"{l}-{b}-rho{r}" for r in (0.25, 0.1) for l in ("tb", "db") for b in ("uniform", "learned")]
     assert all(f"jsd_exact/{n}/mean" in metrics for n in names)
-    assert {"figure1.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
+    assert {"figure1.png", "figure1_rejection.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
     assert all((out / n / "seed0" / "metrics.json").exists() for n in names)
 
 

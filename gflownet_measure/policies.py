@@ -293,12 +293,12 @@ class BetaHead(nn.Module):
     def n_params(self) -> int:
         return 2 * self.k
 
-    def _concentrations(self, raw: Tensor) -> tuple[Tensor, Tensor]:
-        """:math:`(\\alpha, \\beta)` from raw outputs ``[..., 2m]`` -> ``[..., m]`` each."""
-        return (self.c_min + self.c_span * torch.sigmoid(raw)).chunk(2, -1)
+    def _concentrations(self, raw: Tensor) -> Tensor:
+        """Concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)` of raw outputs, elementwise (same shape)."""
+        return self.c_min + self.c_span * torch.sigmoid(raw)
 
     def forward(self, raw: Tensor) -> Distribution:
-        a, b = self._concentrations(raw)
+        a, b = self._concentrations(raw).chunk(2, -1)  # [..., 2k] -> alpha, beta [..., k]
         return _EdgeClamped(Independent(Beta(a, b, validate_args=False), 1), self.edge)
 
 
@@ -354,7 +354,7 @@ class BetaMixtureHead(BetaHead):
         C = self.n_components
         logits, conc = raw[..., :C], raw[..., C:]
         pairs = conc.unflatten(-1, (2, C, self.k)).movedim(-3, -1)  # [..., C, k, 2]: (alpha, beta) of each coordinate
-        return _EdgeClamped(_BetaMixture(logits, self.c_min + self.c_span * torch.sigmoid(pairs)), self.edge)
+        return _EdgeClamped(_BetaMixture(logits, self._concentrations(pairs)), self.edge)
 
 
 class MLPPolicy(Policy):
@@ -408,9 +408,7 @@ class MLPPolicy(Policy):
         if 0 < n_source == len(s):  # the first step of a rollout: free parameters only, no network pass
             out = self.source_out.expand(len(s), -1)
         else:
-            if features is None:
-                features = self.features(s, at_source) if n_source else self.torso(self.encode(s))
-            out = self.out(features)
+            out = self.out(self.features(s, at_source) if features is None else features)
             if n_source:
                 out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)

@@ -221,7 +221,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             if key.startswith("mcmc_") and d == 5 and cfg["baseline"] in PAPER["deleu_d1_mcmc"]:
                 d1 = (PAPER["deleu_d1_mcmc"][cfg["baseline"]][key[5:]], float("nan"))
             lines.append(f"{key:<16} {f'{v.mean():.4g} ± {ci:.2g}':>20} {'' if t3 is None else f'{t3:.4g}':>18} {'' if d1 is None else f'{d1[0]:.3g} ± {d1[1]:.2g}':>18}")
-    lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way.")
+    lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
     table = "\n".join(lines).strip() + "\n"

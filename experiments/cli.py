@@ -16,7 +16,7 @@ import torch
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import check_graph
 from gflownet_measure.config import ConfigError, parse_assignments, resolve
-from gflownet_measure.training import TrainingDiverged, seed_everything
+from gflownet_measure.training import TrainingDiverged, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
 
@@ -87,7 +87,7 @@ def cmd_run(args) -> int:
         record = {"experiment": exp.name, "preset": args.preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "settings": cfg}
         (out / "config.json").write_text(json.dumps(record, indent=2) + "\n")
     seed_everything(seed)
-    torch.set_default_device(device)
+    use_device(device)
     t0 = time.perf_counter()
     metrics = exp.run(cfg, out, args.resume)
     metrics.setdefault("seconds", time.perf_counter() - t0)

@@ -14,7 +14,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything
+from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
 __all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
@@ -54,7 +54,7 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     """
     if worker is not None:  # a fresh process: the parent's torch thread count and default device
         torch.set_num_threads(worker[0])
-        torch.set_default_device(worker[1])
+        use_device(worker[1])
     job.out.mkdir(parents=True, exist_ok=True)
     done = job.out / "metrics.json"
     saved = job.out / "config.json"

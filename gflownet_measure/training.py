@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-__all__ = ["TrainingDiverged", "seed_everything", "make_optimizer", "Trainer"]
+__all__ = ["TrainingDiverged", "seed_everything", "use_device", "make_optimizer", "Trainer"]
 
 
 class TrainingDiverged(RuntimeError):
@@ -25,6 +25,16 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def use_device(device: str | torch.device) -> None:
+    """Make ``device`` the default for new tensors; on CPU, the default already, nothing is installed.
+
+    A default device is a ``TorchFunctionMode`` that intercepts every torch call: on CPU it made a JSP-GFN update
+    13% slower (measured at the paper preset, one thread) for no effect.
+    """
+    if torch.device(device).type != "cpu":
+        torch.set_default_device(device)
 
 
 def make_optimizer(model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None) -> torch.optim.Adam:

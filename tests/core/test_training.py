@@ -9,7 +9,7 @@ from gflownet_measure.losses import square
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.policies import StateFlow
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything
+from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 
 
 class Interrupt(Exception):
@@ -78,3 +78,12 @@ def test_optimizer_groups_have_their_own_learning_rates():
     opt = make_optimizer(GFlowNet(pf, pb, StateFlow(g.encode, 16, 8)), 1e-3, 1e-1, 1e-2)
     lrs = {grp["name"]: (grp["lr"], len(grp["params"])) for grp in opt.param_groups}
     assert lrs["log_Z"] == (1e-1, 1) and lrs["log_F"][0] == 1e-2 and lrs["policy"][0] == 1e-3
+
+
+def test_cpu_as_default_device_installs_no_function_mode():
+    """A default device is a TorchFunctionMode on every torch call; CPU is the default already, so none is pushed."""
+    before = torch._C._len_torch_function_stack()
+    use_device("cpu")
+    use_device(torch.device("cpu"))
+    assert torch._C._len_torch_function_stack() == before
+    assert torch.get_default_device() == torch.device("cpu")

@@ -69,11 +69,8 @@ PRESETS = {
     # Measured on the hardest simulated dataset (data_seed 1, edge RMSE at 20,000 updates): lingauss-diag 0.062 (its
     # mean-field bias alone is 0.030), lingauss-full 0.073 -> 0.038 with the replay buffer cut to the paper's share of the
     # transitions seen (100k of 800k there, 20k of ~130k here) -> 0.034 with the logits scaled by 10 at lr 1e-4 (the
-    # public code scales them by N = 100: log R spans 450 nats over the DAGs of that dataset). Uniform moves decay over the
-    # first quarter of the updates, not half as in the public code, whose lr is constant: under this preset's halving every
-    # 5,000 updates, half left the behaviour policy off the posterior's support until the lr was down to a quarter
-    # (edge / path RMSE on data_seed 1, seed 1: 0.046 / 0.063 with half, 0.039 / 0.041 with a quarter)
-    "paper": {"d": 5, "model": "lingauss-full", "steps": 20000, "batch_size": 64, "theta_samples": 16, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 5000, "lr_gamma": 0.5, "eval_every": 2000, "anneal_fraction": 0.25},
+    # public code scales them by N = 100: log R spans 450 nats over the DAGs of that dataset)
+    "paper": {"d": 5, "model": "lingauss-full", "steps": 20000, "batch_size": 64, "theta_samples": 16, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 5000, "lr_gamma": 0.5, "eval_every": 2000},
 }
 
 

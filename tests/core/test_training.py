@@ -87,3 +87,10 @@ def test_cpu_as_default_device_installs_no_function_mode():
     use_device(torch.device("cpu"))
     assert torch._C._len_torch_function_stack() == before
     assert torch.get_default_device() == torch.device("cpu")
+    try:
+        use_device("meta")  # another device installs the mode; CPU afterwards removes it again
+        assert torch.get_default_device() == torch.device("meta")
+        use_device("cpu")
+        assert torch._C._len_torch_function_stack() == before and torch.get_default_device() == torch.device("cpu")
+    finally:
+        torch.set_default_device(None)  # whatever happened above, later tests run on CPU

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -79,17 +82,36 @@ def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 
     """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other).
 
     ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
-    Each worker runs with this process's torch thread count and default device; an error in any job is raised here,
-    except, with ``diverged_ok``, a diverged training, whose metrics are then ``{"diverged": message}`` (a table
-    reports such a row as the paper reports an unstable one).
+    Each worker runs with this process's torch thread count and default device; an error in any job is raised here
+    once the jobs already running have finished (those not started are dropped), except, with ``diverged_ok``, a diverged
+    training, whose metrics are then ``{"diverged": message}`` (a table reports such a row as the paper reports an
+    unstable one). Workers end with this process (:func:`_exit_with_parent`).
     """
     if workers <= 1 or len(jobs) <= 1:
         return [_one(run_fn, job, resume, diverged_ok) for job in jobs]
-    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"))
-    with pool:
-        worker = (torch.get_num_threads(), torch.get_default_device())
-        futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
+    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent, initargs=(os.getpid(),))
+    worker = (torch.get_num_threads(), torch.get_default_device())
+    futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
+    try:
         return [f.result() for f in futures]
+    finally:  # after an error: the running jobs finish (their folders stay resumable), the queued ones never start
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
+    """Worker initialiser: end this process within ``poll`` seconds of its parent's death.
+
+    A parent killed by a signal (``kill``, a scheduler's time limit) runs no clean-up, and a pool worker only reads its
+    queue between jobs: without this it would train its current run to the end as an orphan. Killed mid-run, the run's
+    folder keeps its last checkpoint (saved atomically), so ``--resume`` continues it.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):

@@ -64,6 +64,8 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     assert "mean_field_edge_rmse" in table
     m = json.loads((out / "metrics.json").read_text())
     assert "edge_rmse/d3/mean" in m and m["datasets"] == 2
+    runs = [json.loads((out / "d3" / f"data{k}" / "metrics.json").read_text())["seconds"] for k in range(2)]
+    assert m["seconds/d3/mean"] == pytest.approx(np.mean(runs)) and "seconds" in table  # the training time per dataset
     assert main(["run", "jsp-table", "--out", str(out), "--resume"]) == 0
 
 

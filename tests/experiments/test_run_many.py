@@ -72,9 +72,11 @@ def test_workers_end_when_the_parent_is_killed(tmp_path):
 
 
 def test_an_error_drops_the_jobs_not_started(tmp_path):
-    """Job 0 of 8 raises at once: the error reaches the parent, and the queued jobs are dropped instead of run (each takes 2 s, two at a time)."""
-    parent = _parent(tmp_path, 8, fail=True, sleep=2.0)
+    """Job 0 of 12 raises at once: the error reaches the parent, and the jobs not yet handed to a worker are dropped instead of run (each takes 4 s, two at a time: the parent has 4 s to react before a job ends and the pool hands out more)."""
+    parent = _parent(tmp_path, 12, fail=True, sleep=4.0)
     _, err = parent.communicate(timeout=120)
     assert parent.returncode != 0 and "job failed on purpose" in err
     started = sorted(p.parent.name for p in (tmp_path / "runs").glob("job*/started"))
-    assert "job0" in started and len(started) <= 4, started  # two workers, plus what the pool had already queued for them
+    # at most 6 start: job 0, job 1 (the other worker), the one the freed worker takes next, and the 3 that the pool's
+    # call queue (max_workers + 1 slots) may hold when the error arrives; those are already the workers' and still run
+    assert "job0" in started and len(started) <= 6, started

@@ -83,7 +83,7 @@ def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 
 
     ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
     Each worker runs with this process's torch thread count and default device; an error in any job is raised here
-    once the jobs already running have finished (those not started are dropped), except, with ``diverged_ok``, a diverged
+    once the jobs already handed to the workers have finished (the rest are dropped), except, with ``diverged_ok``, a diverged
     training, whose metrics are then ``{"diverged": message}`` (a table reports such a row as the paper reports an
     unstable one). Workers end with this process (:func:`_exit_with_parent`).
     """
@@ -94,7 +94,7 @@ def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 
     futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
     try:
         return [f.result() for f in futures]
-    finally:  # after an error: the running jobs finish (their folders stay resumable), the queued ones never start
+    finally:  # after an error: jobs already in the workers' queue still run (their folders stay resumable), the rest never start
         pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -155,8 +155,8 @@ class EulerMaruyamaPolicy(Policy):
         self.langevin = _zero_last(nn.Sequential(FourierTime(hidden), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)), bias=0.01) if langevin else None
 
     def _grad_log_reward(self, x: Tensor) -> Tensor:
-        with torch.enable_grad():
-            xg = x.detach().requires_grad_(True)
+        with torch.inference_mode(False), torch.enable_grad():  # also inside an inference-mode rollout: on a copy of x, an ordinary tensor
+            xg = x.detach().clone().requires_grad_(True)
             (g,) = torch.autograd.grad(self.log_reward(xg).sum(), xg)
         return g.clamp(-self.clip, self.clip)
 

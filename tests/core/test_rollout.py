@@ -65,6 +65,21 @@ def test_batched_scores_with_exploration_equal_the_scored_rollout(grid):
     assert not torch.allclose(got.log_q[traj.mask], got.log_pf[traj.mask].detach())
 
 
+def test_sampled_trajectories_are_ordinary_tensors(grid):
+    """The samplers walk under inference mode but hand back ordinary tensors: a loss takes gradients through them and a
+    buffer writes into them (inference tensors raise on both)."""
+    g, pf, pb = grid
+    fwd = sample_forward(g, pf, 16)
+    bwd = sample_backward(g, pb, fwd.terminal)
+    for traj in (fwd, bwd):
+        tensors = [traj.states, traj.sink, traj.log_R] + ([traj.draw.comp, *(u for u in traj.draw.u if u is not None)] if traj.draw is not None else [])
+        assert not any(t.is_inference() for t in tensors)
+        log_pf, log_pb = log_densities(traj, pf, pb)
+        (log_pf.sum() + log_pb.sum()).backward()
+        traj.states[0] += 0  # in place, outside inference mode
+    assert fwd.draw is not None and all(p.grad is not None for p in pf.parameters())
+
+
 def test_transition_outside_the_kernel_is_an_error(grid):
     g, pf, _ = grid
     with pytest.raises(ValueError, match="outside the reference kernel"):

@@ -1,9 +1,16 @@
-"""The side-by-side harness of the ``*_vs_torchgfn.py`` benchmarks: each side trains in its own child interpreter,
-one after the other, with one torch thread, and is timed per whole training iteration.
+"""The side-by-side harness of the ``*_vs_torchgfn.py`` benchmarks: each side trains in its own child interpreter
+with one torch thread, the two taking turns, and is timed per whole training iteration.
 
 A benchmark script imports this module (``benchmarks/`` is on ``sys.path`` when the script runs), parses with
-:func:`parser`, and either runs one side (``--side``, in the child: :func:`one_thread`, :func:`timed`) or both
-(:func:`run_side` twice, in the parent).
+:func:`parser`, and either runs one side (``--side``, in the child: :func:`one_thread`, :class:`Turns`, :func:`timed`)
+or both (:func:`run_sides`, in the parent).
+
+Turns: the two children live side by side but never compute at the same time. The parent hands the turn to one,
+which trains ``--chunk`` iterations and hands it back; the order alternates ABBA (torchgfn, ours, ours, torchgfn, ...)
+so that a slow drift in the machine's load falls on both sides alike. One side after the other instead (the
+harness's first design) let the background change between the two halves of a run: on 2 shared cores the ratio of
+one unchanged code moved between 0.47 and 0.58 from run to run. The last turn of each side also holds its sampling
+and the writing of its result file.
 """
 from __future__ import annotations
 
@@ -16,7 +23,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["one_thread", "parser", "run_side", "timed"]
+__all__ = ["Turns", "one_thread", "parser", "run_sides", "timed"]
+
+_GO, _DONE = "go", "peer:done"
 
 
 def parser(doc: str, samples: int, samples_help: str, debug_help: str) -> argparse.ArgumentParser:
@@ -25,6 +34,7 @@ def parser(doc: str, samples: int, samples_help: str, debug_help: str) -> argpar
     p.add_argument("--iterations", type=int, default=2000, help="training iterations on each side")
     p.add_argument("--quick", action="store_true", help="200 iterations (overrides --iterations)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk", type=int, default=100, help="iterations per turn; the two sides alternate turns, ABBA")
     p.add_argument("--samples", type=int, default=samples, help=samples_help)
     p.add_argument("--torchgfn-python", default=sys.executable, help="interpreter for the torchgfn side")
     p.add_argument("--ours-python", default=sys.executable, help="interpreter for our side")
@@ -43,23 +53,84 @@ def one_thread() -> None:
         pass
 
 
-def timed(step, iterations: int, label: str) -> list[float]:
-    """Seconds of each of ``iterations`` calls of ``step(k)`` (one whole training iteration each), progress on stderr."""
+class Turns:
+    """The child's end of the turn-taking (module docstring): :meth:`take` waits for the parent's go, :meth:`give` hands the turn back.
+
+    The protocol runs on the child's stdin and on a copy of its stdout; stdout itself is pointed at stderr, so that
+    whatever else the side prints cannot be mistaken for the protocol.
+    """
+
+    def __init__(self):
+        self._reply = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)
+
+    def take(self) -> None:
+        line = sys.stdin.readline().strip()
+        if line != _GO:
+            raise RuntimeError(f"peer: expected {_GO!r} from the parent, got {line!r}")
+
+    def give(self) -> None:
+        self._reply.write(_DONE + "\n")
+        self._reply.flush()
+
+
+def timed(step, iterations: int, label: str, turns: Turns, chunk: int) -> list[float]:
+    """Seconds of each of ``iterations`` calls of ``step(k)`` (one whole training iteration each), ``chunk`` per turn; progress on stderr.
+
+    Tells the parent it is ready first, then takes a turn per chunk. Returns holding the turn: the side's sampling
+    after training runs in its last turn, and the caller gives it back when its result file is written.
+    """
     seconds = []
+    turns.give()  # set up and ready: the parent starts the first turn once both sides are
     for k in range(iterations):
+        if k % chunk == 0:
+            turns.take()
         t0 = time.perf_counter()
         loss = step(k)
         seconds.append(time.perf_counter() - t0)
         if (k + 1) % max(1, iterations // 4) == 0:
             print(f"  [{label}] iteration {k + 1}/{iterations}, loss {loss:.4g}, {sum(seconds):.1f} s so far", file=sys.stderr, flush=True)
+        if (k + 1) % chunk == 0 and k + 1 < iterations:
+            turns.give()
     return seconds
 
 
-def run_side(script: str, python: str, side: str, a: argparse.Namespace, out: Path) -> float:
-    """Run ``script --side side`` in the interpreter ``python`` with one thread, writing ``out``; returns its wall seconds."""
-    cmd = [python, os.path.abspath(script), "--side", side, "--out", str(out), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples)]
-    if a.torchgfn_debug:
-        cmd.append("--torchgfn-debug")
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, env=os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
-    return time.perf_counter() - t0
+def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs: dict[str, Path]) -> dict[str, float]:
+    """Run ``script --side S`` for each side ``S`` of ``pythons`` (its interpreter) with one thread, taking turns, writing ``outs[S]``.
+
+    Returns each side's wall seconds over its own turns (training, sampling and writing; not the waits).
+    """
+    sides = list(pythons)
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = {}
+    for side in sides:
+        cmd = [pythons[side], os.path.abspath(script), "--side", side, "--out", str(outs[side]), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples), "--chunk", str(a.chunk)]
+        if a.torchgfn_debug:
+            cmd.append("--torchgfn-debug")
+        procs[side] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+    wall = dict.fromkeys(sides, 0.0)
+
+    def wait_for(side: str) -> None:
+        proc = procs[side]
+        if proc.stdout.readline().strip() != _DONE:
+            raise subprocess.CalledProcessError(proc.wait(), proc.args)
+
+    try:
+        for side in sides:  # both set up (imports, models) before anything is timed
+            wait_for(side)
+        for turn in range(-(-a.iterations // a.chunk)):
+            for side in sides if turn % 2 == 0 else sides[::-1]:
+                proc = procs[side]
+                t0 = time.perf_counter()
+                proc.stdin.write(_GO + "\n")
+                proc.stdin.flush()
+                wait_for(side)
+                wall[side] += time.perf_counter() - t0
+        for side in sides:
+            if procs[side].wait() != 0:
+                raise subprocess.CalledProcessError(procs[side].returncode, procs[side].args)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return wall

@@ -15,7 +15,7 @@ log-probs, elementwise gradient clamp to [-10, 10]); ours uses the library's obj
 step of :class:`gflownet_measure.training.Trainer` (``make_graph``/``make_policies``, ``OBJECTIVES["tb"]``,
 ``make_optimizer``, ``make_scheduler``, ``sample_forward``, global gradient-norm clip 10). The child-process harness is ``benchmarks/peer.py``.
 
-Each side runs in its own child process (one after the other, never at the same time) with one torch
+Each side runs in its own child process (taking turns of ``--chunk`` iterations, never at the same time: see ``benchmarks/peer.py``) with one torch
 thread. The seconds per iteration are timed the same way for both: ``time.perf_counter`` around each
 whole training iteration (sample a batch, loss, backward, clip, optimiser and scheduler step), nothing
 else. After training each side draws ``--samples`` terminal states from its sampler, and the parent
@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from peer import one_thread, parser, run_side, timed
+from peer import Turns, one_thread, parser, run_sides, timed
 
 RHO = 0.25
 BATCH = 128
@@ -59,7 +59,7 @@ C_MIN, C_MAX = 0.1, 5.1
 LR, LR_LOGZ, MILESTONE, GAMMA = 1e-3, 1e-3, 2500, 0.5
 
 
-def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
+def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     """Our quarter disc: the library's graph, policies, TB objective, optimiser, schedule and Trainer step."""
     from environments import quarter_disc as env
     from experiments.common import make_scheduler
@@ -90,14 +90,14 @@ def _train_ours(a) -> tuple[list[float], np.ndarray, float, dict]:
         scheduler.step()
         return value
 
-    seconds = timed(step, a.iterations, "ours")
+    seconds = timed(step, a.iterations, "ours", turns, a.chunk)
     with torch.no_grad():
         x = sample_forward(graph, gfn.pf, a.samples).terminal
     meta = {"parameters": sum(p.numel() for p in gfn.parameters())}
     return seconds, x.double().numpy(), float(gfn.log_Z.detach()), meta
 
 
-def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
+def _train_torchgfn(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     """torchgfn's BoxPolar, driven through its public API as train_box_legacy.py does (TB, learned P_B tied to the P_F trunk)."""
     import gfn as torchgfn
     from gfn.gflownet import TBGFlowNet
@@ -133,7 +133,7 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
         scheduler.step()
         return loss.item()
 
-    seconds = timed(step, a.iterations, "torchgfn")
+    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk)
     with torch.no_grad():
         x = gflownet.sample_terminating_states(env, a.samples).tensor
     meta = {"parameters": sum(p.numel() for p in gflownet.parameters()), "torchgfn": torchgfn.__version__}
@@ -143,17 +143,22 @@ def _train_torchgfn(a) -> tuple[list[float], np.ndarray, float, dict]:
 def _child(a) -> None:
     """One side, in this process: train, sample, and write the figures to ``a.out`` (npz)."""
     one_thread()
-    seconds, x, log_z, meta = (_train_ours if a.side == "ours" else _train_torchgfn)(a)
+    turns = Turns()
+    seconds, x, log_z, meta = (_train_ours if a.side == "ours" else _train_torchgfn)(a, turns)
     meta |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
     np.savez(a.out, seconds=np.asarray(seconds), x=x, log_Z=log_z, meta=json.dumps(meta))
+    turns.give()
 
 
-def _run_side(side: str, python: str, a, workdir: Path) -> dict:
-    """Run one side in a child interpreter with one thread; returns its seconds, samples, log Z and metadata."""
-    out = workdir / f"{side}.npz"
-    wall = run_side(__file__, python, side, a, out)
-    with np.load(out) as z:
-        return {"seconds": z["seconds"], "x": torch.from_numpy(z["x"]), "log_Z": float(z["log_Z"]), "meta": json.loads(str(z["meta"])), "wall": wall}
+def _run_sides(a, workdir: Path) -> dict[str, dict]:
+    """Both sides in child interpreters with one thread each, taking turns; each one's seconds, samples, log Z and metadata."""
+    outs = {side: workdir / f"{side}.npz" for side in ("torchgfn", "ours")}
+    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs)
+    results = {}
+    for side, out in outs.items():
+        with np.load(out) as z:
+            results[side] = {"seconds": z["seconds"], "x": torch.from_numpy(z["x"]), "log_Z": float(z["log_Z"]), "meta": json.loads(str(z["meta"])), "wall": wall[side]}
+    return results
 
 
 def main() -> None:
@@ -172,8 +177,8 @@ def main() -> None:
     print(f"quarter disc vs torchgfn BoxPolar: rho={RHO}, TB, learned P_B (tied to the P_F torso), batch {BATCH}, {a.iterations} iterations, "
           f"Adam lr {LR} (log Z {LR_LOGZ}), seed {a.seed}, {a.samples} samples per sampler", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        theirs = _run_side("torchgfn", a.torchgfn_python, a, Path(tmp))
-        ours = _run_side("ours", a.ours_python, a, Path(tmp))
+        sides = _run_sides(a, Path(tmp))
+    theirs, ours = sides["torchgfn"], sides["ours"]
     torch.set_num_threads(1)
     ref = Reference.build(a.samples, 0.1, seed=a.seed)
     for r in (ours, theirs):
@@ -182,7 +187,7 @@ def main() -> None:
 
     mo, mt = ours["meta"], theirs["meta"]
     print(f"torch {mo['torch']} (ours) / {mt['torch']} (torchgfn side), torchgfn {mt['torchgfn']}, "
-          f"torch threads per side: ours {mo['threads']}, torchgfn {mt['threads']} (each in its own process, one after the other)")
+          f"torch threads per side: ours {mo['threads']}, torchgfn {mt['threads']} (each in its own process, taking turns of {a.chunk} iterations)")
     print(f"trainable parameters: ours {mo['parameters']}, torchgfn {mt['parameters']}; torchgfn BoxPolar debug={a.torchgfn_debug}")
     rows = [
         ("s/iteration (mean)", float(np.mean(ours["seconds"])), float(np.mean(theirs["seconds"])), "{:.4f}"),
@@ -195,7 +200,7 @@ def main() -> None:
         print(f"{name:34s} {fmt.format(o):>10s} {fmt.format(t):>10s} {o / t:14.3f}")
     print(f"{'learned log Z (exact ' + format(env.LOG_Z, '.4f') + ')':34s} {ours['log_Z']:10.4f} {theirs['log_Z']:10.4f}")
     print(f"{'samples outside [0,1]^2':34s} {ours['outside']:10d} {theirs['outside']:10d}")
-    print(f"{'child wall time (s, incl. sampling)':34s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
+    print(f"{'wall of its turns (s, incl. sampling)':34s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
     print(f"JSD floor (the {a.samples} rejection samples themselves vs the exact grid): {grid_jsd(ref.log_kde, ref.log_R):.5f}")
 
 

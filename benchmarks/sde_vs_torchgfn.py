@@ -65,7 +65,7 @@ embedding and applies a 3-Linear joint MLP with PyTorch's default initialisation
 norm at 10 (part of our training step; the tutorial does not clip). The settings actually used are
 printed at the start of the run and given as ``settings`` in the JSON line.
 
-Each side runs in its own child process (one after the other, never at the same time) with one torch
+Each side runs in its own child process (taking turns of ``--chunk`` iterations, never at the same time: see ``benchmarks/peer.py``) with one torch
 thread (``torch.set_num_threads(1)``, ``OMP_NUM_THREADS=MKL_NUM_THREADS=1``). The seconds per iteration
 are timed the same way for both: ``time.perf_counter`` around each whole training iteration (sample a
 batch, loss, backward, clip where there is one, optimiser step), nothing else. After training each side
@@ -106,7 +106,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from peer import one_thread, parser, run_side, timed
+from peer import Turns, one_thread, parser, run_sides, timed
 
 T = 32  # time steps (torchgfn's num_discretization_steps, our n_steps)
 BATCH = 200
@@ -131,7 +131,7 @@ def own_mode_counts(x: torch.Tensor) -> torch.Tensor:
     return ((x.unsqueeze(1) - mu).norm(dim=-1) < MODE_RADIUS).sum(0)
 
 
-def _train_torchgfn(a) -> dict:
+def _train_torchgfn(a, turns: Turns) -> dict:
     """torchgfn's diffusion sampler, driven through its public API as train_diffusion_sampler.py does."""
     import gfn as torchgfn
     from gfn.estimators import PinnedBrownianMotionBackward, PinnedBrownianMotionForward
@@ -188,7 +188,7 @@ def _train_torchgfn(a) -> dict:
             raise RuntimeError(f"torchgfn: loss is {value} at iteration {k}")
         return value
 
-    seconds = timed(step, a.iterations, "torchgfn")
+    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk)
     with torch.no_grad():  # the forward half of the tutorial's evaluate_density_metrics, K trajectories
         trajectories = Sampler(estimator=gflownet.pf).sample_trajectories(env, n=a.samples, save_logprobs=True, save_estimator_outputs=False)
         log_pfs, log_pbs = get_trajectory_pfs_and_pbs(gflownet.pf, gflownet.pb, trajectories, recalculate_all_logprobs=False)
@@ -220,7 +220,7 @@ def _ours_config(iterations: int) -> dict:
     return resolve(sde.SETTINGS, shared | as_tutorial)
 
 
-def _train_ours(a) -> dict:
+def _train_ours(a, turns: Turns) -> dict:
     """Our SDE sampler: experiments.sde.build / make_step / evaluate_bounds and the library's optimiser."""
     from experiments import sde
     from gflownet_measure.training import make_optimizer, seed_everything
@@ -245,7 +245,7 @@ def _train_ours(a) -> dict:
         optimizer.step()
         return value
 
-    seconds = timed(step, a.iterations, "ours")
+    seconds = timed(step, a.iterations, "ours", turns, a.chunk)
     bounds = sde.evaluate_bounds(gfn, graph, a.samples)
     meta = {"parameters": sum(p.numel() for p in gfn.parameters()), "cfg": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool))}}
     return {
@@ -261,7 +261,8 @@ def _train_ours(a) -> dict:
 def _child(a) -> None:
     """One side, in this process: train, evaluate, and write the figures to ``a.out`` (torch.save)."""
     one_thread()
-    r = (_train_ours if a.side == "ours" else _train_torchgfn)(a)
+    turns = Turns()
+    r = (_train_ours if a.side == "ours" else _train_torchgfn)(a, turns)
     r["meta"] |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
     if "log_w" in r:
         log_w = r.pop("log_w").double()
@@ -270,15 +271,14 @@ def _child(a) -> None:
     r["x"] = r["x"].double().cpu()
     r["seconds"] = list(map(float, r["seconds"]))
     torch.save(r, a.out)
+    turns.give()
 
 
-def _run_side(side: str, python: str, a, workdir: Path) -> dict:
-    """Run one side in a child interpreter with one thread; returns its seconds, samples, bounds and metadata."""
-    out = workdir / f"{side}.pt"
-    wall = run_side(__file__, python, side, a, out)
-    r = torch.load(out, weights_only=False)
-    r["wall"] = wall
-    return r
+def _run_sides(a, workdir: Path) -> dict[str, dict]:
+    """Both sides in child interpreters with one thread each, taking turns; each one's seconds, samples, bounds and metadata."""
+    outs = {side: workdir / f"{side}.pt" for side in ("torchgfn", "ours")}
+    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs)
+    return {side: torch.load(out, weights_only=False) | {"wall": wall[side]} for side, out in outs.items()}
 
 
 def main() -> None:
@@ -297,8 +297,8 @@ def main() -> None:
     print(f"2-D 9-Gaussian grid (means {{-5,0,5}}^2, variance {MODE_VAR}, log Z = 0): ours vs torchgfn diffusion sampler, TB with learned log Z, "
           f"{a.iterations} iterations, seed {a.seed}, K = {a.samples} trajectories for the bounds and modes", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        theirs = _run_side("torchgfn", a.torchgfn_python, a, Path(tmp))
-        ours = _run_side("ours", a.ours_python, a, Path(tmp))
+        sides = _run_sides(a, Path(tmp))
+    theirs, ours = sides["torchgfn"], sides["ours"]
 
     mo, mt = ours["meta"], theirs["meta"]
     settings = {
@@ -328,7 +328,7 @@ def main() -> None:
         r["s_per_it_median"] = float(np.median(r["seconds"]))
 
     print(f"torch {mo['torch']} (ours) / {mt['torch']} (torchgfn side), torchgfn {mt['torchgfn']}, "
-          f"torch threads per side: ours {mo['threads']}, torchgfn {mt['threads']} (each in its own process, one after the other)")
+          f"torch threads per side: ours {mo['threads']}, torchgfn {mt['threads']} (each in its own process, taking turns of {a.chunk} iterations)")
     log_r_gap = max(float((gmm9_log_density(r["x"]) - target.log_prob(r["x"])).abs().max()) for r in (ours, theirs))
     print(f"torchgfn DiffusionSampling debug={mt['debug']}; max |log R (torchgfn side) - log R (ours)| on both sample sets: {log_r_gap:.2e}")
     rows = [
@@ -342,7 +342,7 @@ def main() -> None:
         print(f"{name:36s} {ours[key]:10.4f} {theirs[key]:10.4f}")
     print(f"{'samples in a mode (of ' + str(a.samples) + ')':36s} {ours['in_modes']:10d} {theirs['in_modes']:10d}")
     print(f"{'modes hit (of 9)':36s} {ours['modes_hit']:10d} {theirs['modes_hit']:10d}")
-    print(f"{'child wall time (s, incl. evaluation)':36s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
+    print(f"{'wall of its turns (s, incl. evaluation)':36s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
     print(f"mode counts, means in the order {MEANS[0]}, {MEANS[1]}, {MEANS[2]}, {MEANS[3]}, ..., {MEANS[-1]} (ideal ~{a.samples / 9 * (1 - math.exp(-4.5)):.0f} each, and {a.samples * math.exp(-4.5):.0f} outside every disc):")
     print(f"  ours     {ours['modes']}")
     print(f"  torchgfn {theirs['modes']}")

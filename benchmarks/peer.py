@@ -9,7 +9,7 @@ Turns: the two children live side by side but never compute at the same time. Th
 which trains ``--chunk`` iterations and hands it back; the order alternates ABBA (torchgfn, ours, ours, torchgfn, ...)
 so that a slow drift in the machine's load falls on both sides alike. One side after the other instead (the
 harness's first design) let the background change between the two halves of a run: on 2 shared cores the ratio of
-one unchanged code moved between 0.47 and 0.58 from run to run. The last turn of each side also holds its sampling
+one unchanged code ranged from 0.47 to 0.58 over five seeds run back to back. The last turn of each side also holds its sampling
 and the writing of its result file.
 """
 from __future__ import annotations
@@ -28,13 +28,20 @@ __all__ = ["Turns", "one_thread", "parser", "run_sides", "timed"]
 _GO, _DONE = "go", "peer:done"
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of iterations, got {value}")
+    return value
+
+
 def parser(doc: str, samples: int, samples_help: str, debug_help: str) -> argparse.ArgumentParser:
     """The benchmarks' shared options; ``--side``/``--out`` (hidden) select the child's side and result file."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--iterations", type=int, default=2000, help="training iterations on each side")
     p.add_argument("--quick", action="store_true", help="200 iterations (overrides --iterations)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk", type=int, default=100, help="iterations per turn; the two sides alternate turns, ABBA")
+    p.add_argument("--chunk", type=_positive, default=100, help="iterations per turn; the two sides alternate turns, ABBA")
     p.add_argument("--samples", type=int, default=samples, help=samples_help)
     p.add_argument("--torchgfn-python", default=sys.executable, help="interpreter for the torchgfn side")
     p.add_argument("--ours-python", default=sys.executable, help="interpreter for our side")

@@ -3,8 +3,9 @@
 Metrics (``reference_facts.md`` 1.7): the JSD on a 100 x 100 grid (``linspace(0.001, 1, 100)``)
 between an exponential-kernel KDE (bandwidth 0.1) of ``eval_samples`` terminal states and (a) the exact
 normalised reward on the grid (``jsd_exact``), (b) the same KDE of as many rejection samples from R,
-bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). ``jsd_floor`` is (a) for
-the rejection samples themselves: what a perfect sampler scores against the exact grid.
+bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). The floors are what a perfect
+sampler scores: ``jsd_floor`` is (a) for the rejection samples themselves, ``jsd_rejection_floor`` is (b) for a second,
+independent set of as many rejection samples.
 """
 from __future__ import annotations
 
@@ -53,24 +54,31 @@ GRID = torch.linspace(0.001, 1.0, 100, dtype=torch.float64)
 
 @dataclass(frozen=True)
 class Reference:
-    """What every evaluation compares with: grid points, exact log R there, the rejection samples and their KDE."""
+    """What every evaluation compares with: grid points, exact log R there, the rejection samples and their KDE;
+    ``control`` is a second set of rejection samples, drawn after ``samples`` from the same generator, for the floors."""
 
     points: Tensor  # [G, 2]
     log_R: Tensor  # [G]
     samples: Tensor  # [K, 2]
     log_kde: Tensor  # [G]
     bandwidth: float
+    control: Tensor  # [K, 2]
 
     @staticmethod
     def build(n: int, bandwidth: float, seed: int) -> "Reference":
         points = torch.cartesian_prod(GRID, GRID)
         gen = torch.Generator().manual_seed(seed)
-        samples = rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen)
-        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth)
+        samples, control = (rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen) for _ in range(2))
+        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth, control)
 
     def jsd(self, x: Tensor) -> dict:
         log_kde = kde_log_density(x, self.points, self.bandwidth)
         return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde)}
+
+    def floors(self) -> dict:
+        """What a perfect sampler scores at this sample size: ``jsd_floor`` (exact grid, the KDE's smoothing) and
+        ``jsd_rejection_floor`` (rejection KDE, sampling noise of both KDEs)."""
+        return {"jsd_floor": grid_jsd(self.log_kde, self.log_R), "jsd_rejection_floor": self.jsd(self.control)["jsd_rejection"]}
 
 
 def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
@@ -120,8 +128,7 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     if figure2:
         _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
-    return ref.jsd(x) | {
-        "jsd_floor": grid_jsd(ref.log_kde, ref.log_R),
+    return ref.jsd(x) | ref.floors() | {
         "log_Z_exact": env.LOG_Z,
         "log_Z_learned": float(gfn.log_Z.detach()),
         "log_Z_lower_bound": lower,
@@ -152,9 +159,34 @@ def _name(loss: str, backward: str, rho: float) -> str:
     return f"{loss}-{backward}-rho{rho}"
 
 
+# The orderings Figure 1 of the paper reports: (position in a CONFIGS tuple, the value expected lower, the one expected higher).
+ORDERINGS = {
+    "tb_below_db": (0, "tb", "db"),
+    "learned_below_uniform": (1, "learned", "uniform"),
+    "rho0.25_below_rho0.1": (2, 0.25, 0.1),
+}
+
+
+def curve_mean(trajectories: list[float], values: list[float]) -> float:
+    """The mean height of a JSD curve over the trajectories sampled, :math:`\\frac{1}{t_n - t_1}\\int_{t_1}^{t_n} \\mathrm{JSD}(t)\\,dt`
+    (trapezoidal rule): Figure 1's curve as one number, lower for a configuration that learns faster. One point gives that point."""
+    t, y = np.asarray(trajectories, dtype=float), np.asarray(values, dtype=float)
+    return float(y[0]) if len(t) == 1 else float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(t)) / (t[-1] - t[0]))
+
+
+def orderings_held(values: dict[tuple, list[float]]) -> dict[str, tuple[int, int]]:
+    """For each of ``ORDERINGS``: in how many pairs of runs that differ in that factor only (same other factors, same seed)
+    the expected-lower configuration scores lower, and the number of pairs. ``values[config]`` lists one figure per seed."""
+    held = {}
+    for label, (i, low, high) in ORDERINGS.items():
+        pairs = [(a, b) for config, lows in values.items() if config[i] == low for a, b in zip(lows, values[config[:i] + (high,) + config[i + 1:]], strict=True)]
+        held[label] = (sum(a < b for a, b in pairs), len(pairs))
+    return held
+
+
 def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures:
-    ``figure1.png`` (JSD to the exact grid, with the floor of the KDE), ``figure1_rejection.png`` (JSD to the rejection KDE), ``figure2.png``."""
+    ``figure1.png`` (JSD to the exact grid), ``figure1_rejection.png`` (JSD to the rejection KDE), each with a perfect sampler's floor, ``figure2.png``."""
     base_seed = torch.initial_seed()  # the CLI's --seed
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
@@ -170,13 +202,14 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
         finals.setdefault(name, []).append(sub_metrics)
     panels = {f"rho = {rho}": [_name(l, b, r) for l, b, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
-    floor = ("rejection samples themselves", float(np.mean([m["jsd_floor"] for ms in finals.values() for m in ms])))
-    for key, file, title, line in (
-        ("jsd_exact", "figure1.png", "JSD to the exact reward grid", floor),
-        ("jsd_rejection", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)", None),
+    floors = [Reference.build(cfg["eval_samples"], cfg["bandwidth"], base_seed + k).floors() for k in range(cfg["seeds"])]  # each seed's references
+    for key, floor_key, file, title in (
+        ("jsd_exact", "jsd_floor", "figure1.png", "JSD to the exact reward grid"),
+        ("jsd_rejection", "jsd_rejection_floor", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)"),
     ):
         curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
-        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", "JSD", panels, line)
+        floor = ("perfect sampler (rejection samples)", float(np.mean([f[floor_key] for f in floors])))
+        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", "JSD", panels, floor)
     shutil.copyfile(out / headline / f"seed{base_seed}" / "figure2.png", out / "figure2.png")
     with (out / "history.jsonl").open("w") as f:
         for i, row in enumerate(runs[headline][0]):
@@ -184,12 +217,23 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
             f.write(json.dumps({"step": row["step"], "trajectories": row["trajectories"]} | means) + "\n")
     with np.load(out / headline / f"seed{base_seed}" / "samples.npz") as z:
         np.savez(out / "samples.npz", x=z["x"])
+    per_seed = {  # (metric, "final" | "curve") -> configuration name -> one figure per seed
+        (key, when): {name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs] for name, hs in runs.items()}
+        for key in ("jsd_exact", "jsd_rejection") for when in ("final", "curve")
+    }
     metrics = {}
     for name, ms in finals.items():
         for key in ("jsd_exact", "jsd_rejection", "log_Z_learned"):
             metrics[f"{key}/{name}/mean"] = float(np.mean([m[key] for m in ms]))
             metrics[f"{key}/{name}/std"] = float(np.std([m[key] for m in ms]))
-    return metrics | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
+        for key in ("jsd_exact", "jsd_rejection"):
+            metrics[f"{key}_curve/{name}/mean"] = float(np.mean(per_seed[key, "curve"][name]))
+    for (key, when), figures in per_seed.items():
+        for label, (held, pairs) in orderings_held({c: figures[_name(*c)] for c in CONFIGS}).items():
+            metrics[f"held/{label}/{key}/{when}"] = held
+            metrics[f"pairs/{label}"] = pairs
+    floor_means = {f"{key}/mean": float(np.mean([f[key] for f in floors])) for key in floors[0]}
+    return metrics | floor_means | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
 
 
 register(Experiment("quarter-disc-figure1", "the 8 quarter-disc configurations (loss x P_B x rho) over seeds: Figures 1(b, c) and 2", FIGURE1_SETTINGS, FIGURE1_PRESETS, run_figure1))

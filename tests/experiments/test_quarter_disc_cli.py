@@ -6,6 +6,7 @@ import pytest
 
 from conftest import check_contract
 from experiments.cli import main
+from experiments.quarter_disc import CONFIGS, ORDERINGS, curve_mean, orderings_held
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=200", "batch_size=16", "hidden=16", "n_layers=1"]
 
@@ -19,7 +20,7 @@ def test_run_writes_the_contract(tmp_path):
     check_contract(out)
     metrics = json.loads((out / "metrics.json").read_text())
     # JSDs lie in [0, log 2]; log Z exact is log 0.305
-    assert all(0 <= metrics[k] <= np.log(2) for k in ("jsd_exact", "jsd_rejection", "jsd_floor"))
+    assert all(0 <= metrics[k] <= np.log(2) for k in ("jsd_exact", "jsd_rejection", "jsd_floor", "jsd_rejection_floor"))
     assert metrics["log_Z_exact"] == pytest.approx(np.log(0.305))
     rows = [json.loads(r) for r in (out / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4] and all("jsd_exact" in r for r in rows)
@@ -47,7 +48,10 @@ def test_figure1_runs_every_configuration(tmp_path):
     check_contract(out)
     metrics = json.loads((out / "metrics.json").read_text())
     names = [f"{l}-{b}-rho{r}" for r in (0.25, 0.1) for l in ("tb", "db") for b in ("uniform", "learned")]
-    assert all(f"jsd_exact/{n}/mean" in metrics for n in names)
+    assert all(f"jsd_exact/{n}/mean" in metrics and f"jsd_rejection_curve/{n}/mean" in metrics for n in names)
+    assert 0 < metrics["jsd_rejection_floor/mean"] < metrics["jsd_floor/mean"]  # two KDEs of R's samples agree better than either with R
+    # every ordering, counted on both metrics, at the end and over the curve, out of 4 pairs (one seed)
+    assert all(metrics[f"pairs/{label}"] == 4 and 0 <= metrics[f"held/{label}/{key}/{when}"] <= 4 for label in ORDERINGS for key in ("jsd_exact", "jsd_rejection") for when in ("final", "curve"))
     assert {"figure1.png", "figure1_rejection.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
     assert all((out / n / "seed0" / "metrics.json").exists() for n in names)
 
@@ -68,3 +72,22 @@ def test_figure1_resume_keeps_finished_runs_and_refuses_foreign_ones(tmp_path, c
     assert main(["run", "quarter-disc-figure1", "--out", str(out), "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "db-learned-rho0.1/seed0 holds a run with another seed or other settings" in err
+
+
+def test_curve_mean_is_the_trapezoidal_mean_height():
+    assert curve_mean([1.0], [0.3]) == 0.3
+    assert curve_mean([0, 1, 2], [0.2, 0.2, 0.2]) == pytest.approx(0.2)
+    assert curve_mean([0, 10], [0.0, 1.0]) == pytest.approx(0.5)
+    # uneven spacing: the wide second interval weighs 3x the first
+    assert curve_mean([0, 1, 4], [1.0, 0.0, 0.0]) == pytest.approx(0.5 / 4)
+
+
+def test_orderings_count_the_pairs_that_differ_in_one_factor():
+    """Two seeds per configuration; a figure of 1 for the expected order everywhere, then one pair broken on purpose."""
+    base = {(loss, backward, rho): [float(loss == "db") + float(backward == "uniform") + float(rho == 0.1)] * 2 for loss, backward, rho in CONFIGS}
+    assert orderings_held(base) == {label: (8, 8) for label in ORDERINGS}  # 4 settings of the other two factors x 2 seeds
+    base[("tb", "learned", 0.25)][1] = 5.0  # now worse than its DB, uniform and rho = 0.1 partners on seed 1
+    assert orderings_held(base) == {label: (7, 8) for label in ORDERINGS}
+    base[("tb", "learned", 0.1)] = [0.0]  # a configuration with fewer seeds than its partners is an error, not a silent truncation
+    with pytest.raises(ValueError):
+        orderings_held(base)

@@ -20,7 +20,7 @@ from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
-__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
+__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -112,6 +112,44 @@ def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+class WallClock:
+    """The wall-clock seconds a run folder has taken, summed over the invocations that a ``--resume`` joins.
+
+    Kept in ``out/wall_clock.json``, rewritten atomically every ``every`` seconds by a daemon thread and on exit, so
+    an invocation killed by a signal loses at most ``every`` seconds of its count. Use it as a context manager.
+    """
+
+    FILE = "wall_clock.json"
+
+    def __init__(self, out: Path, resume: bool, every: float = 30.0):
+        self._path, self._every = out / self.FILE, every
+        self._before = float(json.loads(self._path.read_text())["seconds"]) if resume and self._path.exists() else 0.0
+        self._stop = threading.Event()
+
+    def seconds(self) -> float:
+        return self._before + time.perf_counter() - self._t0
+
+    def _write(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seconds": self.seconds()}) + "\n")
+        tmp.replace(self._path)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._every):
+            self._write()
+
+    def __enter__(self) -> "WallClock":
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._tick, name="wall-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._write()
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):

@@ -61,10 +61,12 @@ def test_figure1_resume_keeps_finished_runs_and_refuses_foreign_ones(tmp_path, c
     out = tmp_path / "fig"
     args = ["--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]
     assert main(["run", "quarter-disc-figure1", "--out", str(out), *args]) == 0
+    first = json.loads((out / "metrics.json").read_text())["seconds"]
     sub = out / "db-learned-rho0.1" / "seed0"
     before = (sub / "history.jsonl").read_text()
     assert main(["run", "quarter-disc-figure1", "--out", str(out), "--resume"]) == 0
     assert (sub / "history.jsonl").read_text() == before  # kept, not retrained
+    assert json.loads((out / "metrics.json").read_text())["seconds"] > first  # the wall clock of both invocations
     record = json.loads((sub / "config.json").read_text())
     record["settings"]["steps"] = 3
     (sub / "config.json").write_text(json.dumps(record))

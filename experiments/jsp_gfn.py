@@ -102,7 +102,7 @@ def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
     """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data."""
     per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
     thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
-    r = BASELINES[cfg["baseline"]](problem.model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed)
+    r = BASELINES[cfg["baseline"]](problem.model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
     m = feature_metrics(r.graphs, exact.features())
     m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
     if problem.true_adj is not None:
@@ -123,7 +123,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     sampler = pf if ema is None else ema.module
     optimizer = make_optimizer(pf, cfg["lr"], lr_logZ=cfg["lr"])  # the policy has no log Z: one group at lr
     envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
-    exact = ExactPosterior(model)
+    exact = ExactPosterior(model, cfg["max_parents"] or None)  # the posterior over the DAGs the kernel reaches
 
     def collect(epsilon: float) -> None:
         before, after = envs.step(pf, epsilon)

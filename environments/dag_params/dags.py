@@ -102,8 +102,9 @@ def _decode(codes: Tensor, d: int) -> Tensor:
     return ((codes[:, None] >> torch.arange(d * d)) & 1).bool().view(-1, d, d)
 
 
-def enumerate_dags(d: int) -> Tensor:
-    """All DAGs on ``d`` labelled nodes, ``[n_d, d, d]`` bool in increasing :func:`dag_codes` order (``1 <= d <= 5``).
+def enumerate_dags(d: int, max_parents: int | None = None) -> Tensor:
+    """All DAGs on ``d`` labelled nodes, ``[n_d, d, d]`` bool in increasing :func:`dag_codes` order (``1 <= d <= 5``);
+    with ``max_parents``, only those where no node has more parents.
 
     Every DAG is a relabelling of a strictly upper-triangular one (order its nodes topologically), so the
     :math:`2^{d(d-1)/2} \\cdot d!` relabelled patterns cover them all; their codes are deduplicated.
@@ -118,7 +119,8 @@ def enumerate_dags(d: int) -> Tensor:
     # relabel node i as perm[i]: edge (i, j) -> bit perm[i] * d + perm[j]
     bits = 1 << (perms[:, iu] * d + perms[:, ju])  # [d!, m]
     codes = patterns.long() @ bits.T  # [P, d!]
-    return _decode(torch.unique(codes), d)
+    dags = _decode(torch.unique(codes), d)
+    return dags if max_parents is None else dags[dags.sum(-2).amax(-1) <= max_parents]
 
 
 def edge_features(adj: Tensor) -> Tensor:

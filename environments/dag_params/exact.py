@@ -24,13 +24,15 @@ class ExactPosterior:
     """:math:`P(G | D)` over every DAG and :math:`P(\\theta | G, D)` in closed form, for a :class:`LinearGaussian` with ``d <= 5``.
 
     Attributes:
-        dags: ``[n, d, d]`` bool, all DAGs in increasing code order (:func:`~.dags.enumerate_dags`).
+        dags: ``[n, d, d]`` bool, all DAGs in increasing code order (:func:`~.dags.enumerate_dags`); with
+            ``max_parents``, those where no node has more parents: the prior is restricted to them, as the GFlowNet's
+            kernel restricts its terminal states.
         log_prob: ``[n]`` float64, :math:`\\log P(G | D)` (logsumexp 0).
     """
 
-    def __init__(self, model: LinearGaussian):
+    def __init__(self, model: LinearGaussian, max_parents: int | None = None):
         self.model = model
-        self.dags = enumerate_dags(model.d)
+        self.dags = enumerate_dags(model.d, max_parents)
         self._codes = dag_codes(self.dags)  # [n], increasing
         log_joint = model.log_joint_graph(self.dags)  # [n]: log P(G) + log P(D | G)
         self._log_Z = torch.logsumexp(log_joint, 0)

@@ -102,21 +102,27 @@ class StructureProposal(NamedTuple):
     log_hastings: Tensor  # [B] float64
 
 
-def legal_moves(adj: Tensor, reach: Tensor) -> Tensor:
+def legal_moves(adj: Tensor, reach: Tensor, max_parents: int | None = None) -> Tensor:
     """The MC3 moves that keep ``adj`` acyclic: ``[..., 3, d, d]`` bool, ``[..., k, i, j]`` = move ``MOVES[k]`` on ``i -> j``.
 
     add: ``dags.valid_edges`` (:math:`A_{ij} = 0`, :math:`j \\not\\leadsto i`, :math:`i \\ne j`); remove:
     :math:`A_{ij} = 1`; reverse: :math:`A_{ij} = 1` and no child :math:`k \\ne j` of i with :math:`k \\leadsto j`
     (else :math:`i \\to k \\leadsto j \\to i` would be a cycle), i.e. :math:`(A (R \\wedge \\neg I))_{ij} = 0`.
+    With ``max_parents``, add and reverse must not give a node more parents (add ``i -> j``: j not full; reverse:
+    i not full): the chain then stays on, and is reversible on, the DAGs within the limit.
 
     Args:
         adj: ``[..., d, d]`` DAGs.
         reach: ``[..., d, d]`` their reflexive transitive closures (``dags.transitive_closure``).
+        max_parents: at most this many parents per node (``None``: no limit).
     """
     adj, reach = adj.bool(), reach.bool()
     off_diagonal = ~torch.eye(adj.shape[-1], dtype=torch.bool, device=adj.device)
     other_path = (adj.to(torch.float32) @ (reach & off_diagonal).to(torch.float32)) > 0  # counts <= d: exact in float32
-    return torch.stack([valid_edges(adj, reach), adj, adj & ~other_path], dim=-3)
+    reverse = adj & ~other_path
+    if max_parents is not None:
+        reverse = reverse & ~(adj.sum(-2) >= max_parents)[..., :, None]  # i -> j becomes j -> i: row i's node gains a parent
+    return torch.stack([valid_edges(adj, reach, max_parents), adj, reverse], dim=-3)
 
 
 class _MoveTable:
@@ -126,9 +132,10 @@ class _MoveTable:
     when it holds ``2**22 / (3 d^2)`` graphs (at most 32 MiB of int64).
     """
 
-    def __init__(self, d: int):
+    def __init__(self, d: int, max_parents: int | None = None):
         self.cache: dict[bytes, np.ndarray] = {}
         self.max_size = max(1, 2**22 // (3 * d * d))
+        self.max_parents = max_parents
 
     def __call__(self, adj: np.ndarray) -> np.ndarray:
         key = adj.tobytes()
@@ -136,14 +143,14 @@ class _MoveTable:
         if moves is None:
             if len(self.cache) >= self.max_size:
                 self.cache.clear()
-            moves = self.cache[key] = np.flatnonzero(_legal_np(adj))
+            moves = self.cache[key] = np.flatnonzero(_legal_np(adj, self.max_parents))
         return moves
 
 
-def _legal_np(adj: np.ndarray) -> np.ndarray:
+def _legal_np(adj: np.ndarray, max_parents: int | None = None) -> np.ndarray:
     """:func:`legal_moves` of one graph ``[d, d]`` from scratch, in numpy: ``[3, d, d]`` bool.
 
-    The same masks as ``legal_moves(adj, dags.transitive_closure(adj))`` (tested on every DAG with d <= 4), with
+    The same masks as ``legal_moves(adj, dags.transitive_closure(adj), max_parents)`` (tested on every DAG with d <= 4), with
     the closure by boolean squaring; numpy's per-call overhead on a 5 x 5 matrix is a tenth of torch's, and
     this runs on every cache miss.
     """
@@ -153,7 +160,11 @@ def _legal_np(adj: np.ndarray) -> np.ndarray:
     for _ in range(math.ceil(math.log2(d))):
         reach = reach @ reach  # boolean matmul: OR of ANDs, doubles the path length covered
     other_path = adj @ (reach & ~eye)  # a child k != j of i reaches j
-    return np.stack([~(adj | reach.T), adj, adj & ~other_path])
+    add, reverse = ~(adj | reach.T), adj & ~other_path
+    if max_parents is not None:
+        full = adj.sum(0) >= max_parents  # [d]: node j has max_parents parents
+        add, reverse = add & ~full[None, :], reverse & ~full[:, None]
+    return np.stack([add, adj, reverse])
 
 
 def _log_q(w: float, s: float) -> float:
@@ -194,7 +205,7 @@ def _propose(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: np.ndarray, z
     return np.stack(new_adj), np.stack(new_theta), np.array(kind), edge, np.array(n), np.array(n_new), np.array(log_h)
 
 
-def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generator: torch.Generator | None = None) -> StructureProposal:
+def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generator: torch.Generator | None = None, max_parents: int | None = None) -> StructureProposal:
     """A uniform legal MC3 move on each graph, with reversible-jump weights :math:`u \\sim \\mathcal N(0,` ``jump_std`` :math:`^2)`.
 
     Args:
@@ -202,6 +213,7 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
         theta: ``[B, d, d]`` weights, 0 at non-edges.
         jump_std: s of the weight proposal :math:`q_w`.
         generator: torch RNG.
+        max_parents: at most this many parents per node (:func:`legal_moves`).
 
     Returns:
         :class:`StructureProposal`; :math:`\\log \\alpha = \\log R(G', \\theta') - \\log R(G, \\theta)` + ``log_hastings``.
@@ -209,7 +221,7 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
     B, d = adj.shape[0], adj.shape[-1]
     u_pick = torch.rand(B, dtype=torch.float64, generator=generator).numpy()
     z = torch.randn(B, dtype=torch.float64, generator=generator).numpy()
-    out = _propose(adj.bool().cpu().numpy(), theta.detach().cpu().double().numpy(), float(jump_std), u_pick, z, _MoveTable(d))
+    out = _propose(adj.bool().cpu().numpy(), theta.detach().cpu().double().numpy(), float(jump_std), u_pick, z, _MoveTable(d, max_parents))
     return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in out))
 
 
@@ -264,7 +276,7 @@ def _check(fn: str, model, n_samples, burn_in, thin, n_chains, jump_std, theta_s
         raise ValueError(f"{fn}: structure moves need d >= 2 nodes, got d = {model.d}")
 
 
-def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int, seed: int, jump_std: float, theta_step: float, gibbs: bool, progress: bool) -> MCMCSamples:
+def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int, seed: int, jump_std: float, theta_step: float, gibbs: bool, progress: bool, max_parents: int | None) -> MCMCSamples:
     """The shared loop: a structure move, then a random-walk (``gibbs=False``) or Gibbs (``gibbs=True``) weight move.
 
     One ``model.log_reward`` call per step on a stacked batch: MH evaluates :math:`(G', \\theta')`,
@@ -278,7 +290,7 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
     draw_theta = _GibbsDraws(model) if gibbs else None
     adj = np.zeros((C, d, d), dtype=bool)  # every chain starts at the empty graph
     theta = np.zeros((C, d, d))
-    table = _MoveTable(d)
+    table = _MoveTable(d, max_parents)
     graphs = np.zeros((C, n_samples, d, d), dtype=bool)
     thetas = np.zeros((C, n_samples, d, d))
     total = int(burn_in) + int(n_samples) * int(thin)
@@ -324,7 +336,7 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
     return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, d, d)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
 
 
-def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False) -> MCMCSamples:
+def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
     """MH-MC3 with joint :math:`\\theta` moves on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)` (Deleu et al. 2023, Table D.1).
 
     Per step and chain: one reversible-jump MC3 structure move (module docstring), accepted with
@@ -343,24 +355,27 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
         jump_std: s of the proposal :math:`\\mathcal N(0, s^2)` for new weights (1 = the N(0, 1) prior of JSP).
         theta_step: step size :math:`\\epsilon` of the random walk on active weights.
         progress: show a tqdm bar with the acceptance rates.
+        max_parents: at most this many parents per node (``None``: no limit); the target is then restricted to
+            those DAGs, as :class:`~.exact.ExactPosterior` with the same ``max_parents``.
 
     Returns:
         :class:`MCMCSamples`, ``acceptance`` of the structure moves.
     """
-    return _run("mh_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, theta_step, False, progress)
+    return _run("mh_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, theta_step, False, progress, max_parents)
 
 
-def gibbs_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, progress: bool = False) -> MCMCSamples:
+def gibbs_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
     """Gibbs-MC3 on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)`: an MC3 move on G given :math:`\\theta`, then :math:`\\theta \\sim P(\\theta | G, D)` (Deleu et al. 2023, Table D.1).
 
     The structure move is that of :func:`mh_mc3` (the same reversible-jump Hastings ratio, the weights of
-    the untouched edges held fixed); the weight update is the exact conjugate draw ``model.sample_theta_posterior``.
+    the untouched edges held fixed); the weight update is the exact conjugate draw from ``model.theta_posterior``
+    (its means and covariances, cached per graph).
 
     Args:
-        model: a ``LinearGaussian`` (``d``, ``log_reward`` and ``sample_theta_posterior(adj, generator)``).
-        n_samples, burn_in, thin, n_chains, seed, jump_std, progress: as in :func:`mh_mc3`.
+        model: a ``LinearGaussian`` (``d``, ``log_reward`` and ``theta_posterior(adj)``).
+        n_samples, burn_in, thin, n_chains, seed, jump_std, progress, max_parents: as in :func:`mh_mc3`.
 
     Returns:
         :class:`MCMCSamples`; each kept ``theta`` is an exact posterior draw given its graph.
     """
-    return _run("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, 1.0, True, progress)
+    return _run("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, 1.0, True, progress, max_parents)

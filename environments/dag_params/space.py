@@ -36,12 +36,9 @@ from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.transforms import Chart
 
-from .dags import enumerate_dags, transitive_closure, valid_edges
+from .dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
 
-__all__ = ["MAX_ENUMERATED", "state_dim", "split", "join", "pack", "unpack", "EdgeWeightsChart", "DagKernel", "make_space"]
-
-MAX_ENUMERATED = 5
-"""Largest ``d`` whose reference measure :math:`\\nu` is enumerated (29,281 DAGs; ``d = 6`` has 3,781,503)."""
+__all__ = ["state_dim", "split", "join", "pack", "unpack", "EdgeWeightsChart", "DagKernel", "make_space"]
 
 
 def state_dim(d: int) -> int:
@@ -156,11 +153,9 @@ class DagKernel(Kernel):
 def _nu(d: int, charts: tuple[EdgeWeightsChart, ...], max_parents: int | None) -> tuple[Measure, Measure]:
     """:math:`\\nu` and the terminal measure :math:`\\kappa_b(\\bot, \\cdot)`, enumerating the DAGs on ``d <= 5`` nodes
     (those with at most ``max_parents`` parents per node: the others are unreachable)."""
-    if d > MAX_ENUMERATED:
-        raise ValueError(f"the reference measure nu of the DAG space is enumerated for d <= {MAX_ENUMERATED} (d = 6 has 3,781,503 DAGs); got d = {d}")
-    dags = enumerate_dags(d)
-    if max_parents is not None:
-        dags = dags[dags.sum(1).amax(1) <= max_parents]
+    if d > MAX_ENUMERATE:
+        raise ValueError(f"the reference measure nu of the DAG space is enumerated for d <= {MAX_ENUMERATE} (d = 6 has 3,781,503 DAGs); got d = {d}")
+    dags = enumerate_dags(d, max_parents)
     inter = join(dags)
     n_edges = dags.flatten(1).sum(1)
     empty = n_edges == 0

@@ -43,6 +43,16 @@ def test_enumerated_dags_are_all_distinct_acyclic_and_counted(d, count):
     assert (codes[1:] > codes[:-1]).all()  # canonical order: strictly increasing codes, hence distinct
 
 
+@pytest.mark.parametrize("d", [2, 3, 4, 5])
+def test_enumeration_within_one_parent_counts_the_rooted_forests(d):
+    """A DAG where every node has at most one parent is a forest of rooted trees: (d + 1)^(d - 1) of them on d
+    labelled nodes (Cayley). And it is the full list filtered, in the same order."""
+    full, kept = enumerate_dags(d), enumerate_dags(d, 1)
+    assert len(kept) == (d + 1) ** (d - 1)
+    assert torch.equal(kept, full[full.sum(1).amax(1) <= 1])
+    assert torch.equal(enumerate_dags(d, d - 1), full)  # d - 1 parents is no limit
+
+
 def test_enumeration_refuses_d_6():
     with pytest.raises(ValueError, match="3,781,503"):
         enumerate_dags(6)

@@ -12,7 +12,7 @@ TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("extra", [["model=lingauss-diag", "baseline=gibbs", "mcmc_steps=200"], ["model=lingauss-full", "penalty=true", "batch_size_data=20", "graph_prior=erdos_renyi", "d=4", "edges_per_node=1", "ema=0"]])
+@pytest.mark.parametrize("extra", [["model=lingauss-diag", "baseline=gibbs", "mcmc_steps=200"], ["model=lingauss-full", "penalty=true", "batch_size_data=20", "graph_prior=erdos_renyi", "d=4", "edges_per_node=1", "ema=0"], ["max_parents=1", "baseline=mh", "mcmc_steps=200"]])
 def test_run_writes_the_contract(tmp_path, extra):
     out = tmp_path / "run"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, *extra]) == 0
@@ -30,8 +30,10 @@ def test_run_writes_the_contract(tmp_path, extra):
     else:  # the weight average is the sampler, the last iterate is scored beside it
         assert 0 <= m["last_edge_rmse"] <= 1 and m["last_graph_kl"] >= -1e-9 and m["last_edge_rmse"] != m["edge_rmse"]
     assert (out / "posterior.png").exists() and (out / "edge_rmse.png").exists()
-    if "baseline=gibbs" in extra:
+    if "baseline=gibbs" in extra or "baseline=mh" in extra:
         assert "mcmc_edge_rmse" in m and 0 <= m["mcmc_acceptance"] <= 1
+    if "max_parents=1" in extra:  # scored against the posterior over the DAGs the kernel reaches: a finite KL
+        assert (g.sum(1) <= 1).all() and 0 <= m["graph_kl"] < float("inf")
     assert main(["run", "jsp-gfn", "--out", str(out), "--resume"]) == 0  # the replay buffer comes back with the checkpoint
 
 

@@ -71,6 +71,15 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     assert main(["run", "jsp-table", "--out", str(out), "--resume"]) == 0
 
 
+def test_a_table_of_one_dataset_has_no_spread_keys(tmp_path):
+    """The quick preset's table has one dataset: no CI to report, and none written as NaN (the contract's finite numbers)."""
+    out = tmp_path / "table"
+    assert main(["run", "jsp-table", "--out", str(out), "--threads", "1", "--set", *TINY, "dims=3", "datasets=1"]) == 0
+    check_contract(out, "graphs,thetas")
+    m = json.loads((out / "metrics.json").read_text())
+    assert "edge_rmse/d3/mean" in m and not any(k.endswith("/ci95") for k in m)
+
+
 def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
     """jobs=2 trains the datasets in two spawned processes; each run is seeded on its own, so the results are the sequential ones."""
     args = ["--threads", "1", "--set", *TINY, "dims=3", "datasets=2"]

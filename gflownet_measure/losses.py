@@ -68,13 +68,15 @@ def subtb_residuals(log_F: Tensor, log_pf: Tensor, log_pb: Tensor) -> Tensor:
 def subtb_loss(log_F: Tensor, log_pf: Tensor, log_pb: Tensor, length: Tensor, lam: float, penalty=square) -> Tensor:
     """SubTB(lambda): per trajectory, :math:`\\sum_{i<j} \\lambda^{j-i} g(\\delta_{ij}) / \\sum_{i<j} \\lambda^{j-i}`, batch mean.
 
-    ``length [B]`` is the sink's position ``n``; pairs ``0 <= i < j <= n`` count.
+    ``length [B]`` is the sink's position ``n``; pairs ``0 <= i < j <= n`` count. The weights are taken as
+    :math:`\\lambda^{j-i-1}` (the same ratio), so a small lambda does not underflow to 0 / 0 and ``lam = 0`` is the
+    limit lambda -> 0: the mean of the one-step (DB) terms.
     """
     T1 = log_F.shape[0]
     pos = torch.arange(T1, device=log_F.device)
     gap = (pos[None, :] - pos[:, None]).to(log_F.dtype)  # [T+1, T+1]: j - i
     valid = (gap[..., None] > 0) & (pos[None, :, None] <= length[None, None, :])  # [T+1, T+1, B]
-    w = torch.where(valid, torch.as_tensor(lam, dtype=log_F.dtype) ** gap[..., None], torch.zeros_like(gap[..., None]))
+    w = torch.where(valid, torch.as_tensor(lam, dtype=log_F.dtype) ** (gap[..., None] - 1), torch.zeros_like(gap[..., None]))
     r = subtb_residuals(log_F, log_pf, log_pb)
     per_traj = (w * penalty(torch.where(valid, r, torch.zeros_like(r)))).sum((0, 1)) / w.sum((0, 1))
     return per_traj.mean()

@@ -165,6 +165,17 @@ def test_subtb_loss_matches_explicit_weighted_average(b, lam, name):
 
 
 @settings(HYPOTHESIS, max_examples=60)
+@given(batches())
+def test_subtb_loss_at_lambda_zero_is_the_mean_db_term(b):
+    """lambda -> 0 leaves the one-step pairs (i, i + 1): per trajectory the mean of g(delta_DB(t)) over t < n (finite, not 0 / 0)."""
+    db = losses.square(losses.db_residuals(b.log_F, b.log_pf, b.log_pb))  # [T, B]
+    steps = torch.arange(b.T)[:, None] < b.length[None, :]
+    want = float(((db * steps).sum(0) / steps.sum(0)).mean())
+    assert float(losses.subtb_loss(b.log_F, b.log_pf, b.log_pb, b.length, 0.0)) == pytest.approx(want, rel=RTOL * 100, abs=RTOL)
+    assert float(losses.subtb_loss(b.log_F, b.log_pf, b.log_pb, b.length, 1e-300)) == pytest.approx(want, rel=RTOL * 100, abs=RTOL)
+
+
+@settings(HYPOTHESIS, max_examples=60)
 @given(batches(), st.integers(0, 2**31 - 1))
 def test_subtb_loss_ignores_entries_past_the_sink(b, seed):
     g = with_garbage_after_sink(b, torch.Generator().manual_seed(seed))

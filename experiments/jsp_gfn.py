@@ -48,7 +48,7 @@ SETTINGS = {
     "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
     "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0),
     "anneal_fraction": Setting(0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0),
-    "delta": Setting(1.0, "Huber threshold of eq. 8", low=0.0),
+    "delta": Setting(1.0, "Huber threshold of eq. 8 (> 0)", low=1e-6),
     "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
     "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
     "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),

@@ -1,6 +1,7 @@
 """Declared settings with validation: every user-facing key has a type, a default and its valid values."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -32,6 +33,8 @@ class Setting:
             value = float(value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ConfigError(f"{key}={value!r} is not a valid {kind.__name__}")
+        if kind is float and not math.isfinite(value):  # NaN compares False with any bound: it would pass the range check
+            raise ConfigError(f"{key}={value!r} is not a finite number")
         if self.choices is not None and value not in self.choices:
             raise ConfigError(f"{key}={value!r} is not allowed; valid: {', '.join(map(str, self.choices))}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):

@@ -68,6 +68,10 @@ def cmd_run(args) -> int:
         if args.assignments:
             raise ConfigError("--resume continues a run with its saved config.json; drop --set")
         saved = json.loads((args.out / "config.json").read_text())
+        if "experiment" not in saved:
+            raise ConfigError(f"--resume: {args.out} is one run of a multi-run experiment; resume the folder above it with that experiment's name")
+        if saved["experiment"] != exp.name:
+            raise ConfigError(f"--resume: {args.out} holds a run of {saved['experiment']}, not {exp.name}; valid here: run {saved['experiment']} --resume")
         cfg, seed, device, out = saved["settings"], saved["seed"], saved["device"], args.out
         cfg = resolve(exp.settings, cfg)
     else:

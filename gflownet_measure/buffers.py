@@ -12,29 +12,36 @@ class ReplayBuffer:
     """A FIFO ring of at most ``capacity`` trajectories, sampled uniformly without replacement.
 
     Trajectories are stored batch-major and padded to ``max_length + 1`` positions (padding is
-    flagged as sink, as in :class:`Trajectories`).
+    flagged as sink, as in :class:`Trajectories`), their states as ``dtype`` (float64 for the continuous
+    spaces, whose states are float64; float32 halves the memory where states are small integers).
     """
 
-    def __init__(self, capacity: int, max_length: int, state_dim: int):
+    def __init__(self, capacity: int, max_length: int, state_dim: int, dtype: torch.dtype = torch.float64):
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         self.capacity = capacity
-        self.states = torch.zeros(capacity, max_length + 1, state_dim)
+        self.states = torch.zeros(capacity, max_length + 1, state_dim, dtype=dtype)
         self.sink = torch.ones(capacity, max_length + 1, dtype=torch.bool)
-        self.log_R = torch.zeros(capacity)
+        self.log_R = torch.zeros(capacity, dtype=torch.float64)
         self.size, self.head = 0, 0
 
     def __len__(self) -> int:
         return self.size
 
     def add(self, traj: Trajectories) -> None:
+        """Append the ``B`` trajectories of ``traj`` (the oldest are overwritten when full; of a batch larger than
+        the capacity only the last ``capacity`` are kept)."""
         T1, B = traj.sink.shape
-        idx = (self.head + torch.arange(B)) % self.capacity
-        states = traj.states.transpose(0, 1)
         pad = self.states.shape[1] - T1
-        self.states[idx] = torch.cat([states, states[:, -1:].expand(-1, pad, -1)], 1)
-        self.sink[idx] = torch.cat([traj.sink.transpose(0, 1), torch.ones(B, pad, dtype=torch.bool)], 1)
-        self.log_R[idx] = traj.log_R.to(self.log_R.dtype)
+        if pad < 0:
+            raise ValueError(f"trajectories of {T1} positions do not fit a replay buffer of max_length {self.states.shape[1] - 1} (+1 positions)")
+        states, sink, log_R = traj.states.transpose(0, 1), traj.sink.transpose(0, 1), traj.log_R
+        if B > self.capacity:
+            states, sink, log_R, B = states[-self.capacity :], sink[-self.capacity :], log_R[-self.capacity :], self.capacity
+        idx = (self.head + torch.arange(B)) % self.capacity
+        self.states[idx] = torch.cat([states, states[:, -1:].expand(-1, pad, -1)], 1).to(self.states.dtype)
+        self.sink[idx] = torch.cat([sink, torch.ones(B, pad, dtype=torch.bool)], 1)
+        self.log_R[idx] = log_R.to(self.log_R.dtype)
         self.head = int((self.head + B) % self.capacity)
         self.size = min(self.capacity, self.size + B)
 

@@ -116,3 +116,16 @@ def test_replay_buffer_round_trip_and_ring(grid):
     assert len(buf) == 10 and buf.head == 2
     with pytest.raises(ValueError):
         ReplayBuffer(0, 3, 2)
+
+
+def test_replay_buffer_keeps_the_last_of_an_oversized_batch_and_refuses_long_trajectories(grid):
+    g, pf, _ = grid
+    buf = ReplayBuffer(4, g.max_length, g.state_dim)
+    a = sample_forward(g, pf, 9)
+    buf.add(a)  # 9 into 4 slots: the last 4, each once (duplicate ring indices would keep an arbitrary writer)
+    assert len(buf) == 4
+    assert sorted(map(tuple, buf.sample(4).terminal.tolist())) == sorted(map(tuple, a.terminal[-4:].tolist()))
+    assert buf.states.dtype == torch.float64 and torch.equal(buf.states[:, : a.states.shape[0]], a.states[:, -4:].transpose(0, 1).double())
+    short = ReplayBuffer(4, 1, g.state_dim)
+    with pytest.raises(ValueError, match="do not fit a replay buffer of max_length 1"):
+        short.add(a)

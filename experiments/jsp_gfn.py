@@ -22,7 +22,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from environments import dag_params as env
-from environments.dag_params.evaluation import graph_metrics, mean_field_metrics, posterior_metrics
+from environments.dag_params.evaluation import graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
 from environments.dag_params.metrics import expected_shd, feature_metrics
@@ -164,6 +164,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     )
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser(), "seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d}
+    if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
+        exact_draws = exact.sample(cfg["posterior_samples"], torch.Generator().manual_seed(int(torch.initial_seed())))
+        metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
     if cfg["baseline"] != "none":
         metrics |= _baseline(cfg, problem, exact, int(torch.initial_seed()))
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same

@@ -30,7 +30,7 @@ SETTINGS = {
     "data": Setting("", "a CSV file (header = variable names, one column per variable); empty: simulated Erdos-Renyi data"),
     "data_seed": Setting(0, "seed of the simulated graph, weights and data", low=0),
     "n_data": Setting(100, "simulated training rows N", low=2),
-    "n_valid": Setting(100, "simulated held-out rows", low=0),
+    "n_valid": Setting(100, "simulated held-out rows (scored by heldout_nll; 0: none)", low=0),
     "edges_per_node": Setting(1.0, "expected edges per node k of the simulated ER graph (ER1: 1), and of the erdos_renyi prior", low=0.0),
     "obs_var": Setting(0.01, "noise variance sigma^2 of every CPD (fixed)", low=1e-8),
     "prior_var": Setting(1.0, "variance of the N(0, .) prior on each active weight", low=1e-8),
@@ -46,31 +46,33 @@ SETTINGS = {
 
 @dataclass(frozen=True)
 class Problem:
-    """The data and model of a run: ``true_adj``/``true_theta`` are ``None`` for a user's CSV."""
+    """The data and model of a run: ``heldout`` is the same model on the held-out rows (``None`` for a user's CSV or
+    ``n_valid = 0``), ``true_adj`` the simulated graph (``None`` for a CSV)."""
 
     model: LinearGaussian
-    names: list[str]
-    valid: Tensor | None
+    heldout: LinearGaussian | None
     true_adj: Tensor | None
-    true_theta: Tensor | None
 
 
 def make_problem(cfg: dict) -> Problem:
     """Simulated ER data (``data`` empty) or the user's CSV, and the linear-Gaussian model on it."""
     if cfg["data"]:
         try:
-            data, names = load_csv(cfg["data"])
+            data, _ = load_csv(cfg["data"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        valid = true_adj = true_theta = None
+        valid = true_adj = None
     else:
         sim = simulate_er(cfg["d"], cfg["edges_per_node"], cfg["n_data"], cfg["n_valid"], seed=cfg["data_seed"], obs_std=cfg["obs_var"] ** 0.5)
-        data, names, valid, true_adj, true_theta = sim.train, sim.names, sim.valid, sim.adj, sim.theta
+        data, valid, true_adj = sim.train, sim.valid if cfg["n_valid"] else None, sim.adj
+
+    def model_on(rows: Tensor) -> LinearGaussian:
+        return LinearGaussian(rows, cfg["obs_var"], cfg["prior_var"], cfg["graph_prior"], cfg["edges_per_node"])
+
     try:
-        model = LinearGaussian(data, cfg["obs_var"], cfg["prior_var"], cfg["graph_prior"], cfg["edges_per_node"])
+        return Problem(model_on(data), None if valid is None else model_on(valid), true_adj)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return Problem(model, names, valid, true_adj, true_theta)
 
 
 def make_graph(cfg: dict, problem: Problem | None = None) -> PointedGraph:

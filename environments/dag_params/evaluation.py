@@ -12,18 +12,21 @@ This replaces the beam-search estimate of Deleu et al. 2023, D.3.2 where enumera
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from scipy import stats
 from torch import Tensor
 
 from .dags import FEATURES, dag_codes, weighted_features
+from .bayesnet import LinearGaussian
 from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .network import theta_log_prob
 from .policy import JSPPolicy
 
-__all__ = ["model_graph_log_marginals", "graph_metrics", "mean_field_metrics", "posterior_metrics"]
+__all__ = ["model_graph_log_marginals", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics"]
 
 
 @torch.no_grad()
@@ -129,3 +132,16 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
         out["auroc"] = auroc(estimated["edge"], true_adj)
     arrays = {"log_pt": log_pt, "log_r": log_r, "edge_exact": exact_features["edge"].numpy(), "edge_model": estimated["edge"].numpy()}
     return out, arrays
+
+
+def heldout_metrics(heldout: LinearGaussian, graphs: Tensor, thetas: Tensor) -> dict:
+    """The fit of samples ``(graphs [K, d, d], thetas [K, d, d])`` to held-out rows :math:`D'` (the data of ``heldout``),
+    from :math:`\\ell_k = \\log P(D' | G_k, \\theta_k)` (``reference_facts.md`` 4.8, 5.3):
+
+    - ``heldout_nll``: :math:`-\\frac1K \\sum_k \\ell_k`, the expected negative log-likelihood (JSP-GFN's d = 20 metric);
+    - ``heldout_nll_bma``: :math:`-\\log \\frac1K \\sum_k e^{\\ell_k}`, of the posterior predictive (the model average).
+
+    Both in nats for all :math:`N'` rows; the second is at most the first (Jensen).
+    """
+    ll = heldout.log_likelihood(graphs, thetas.double())  # [K]
+    return {"heldout_nll": float(-ll.mean()), "heldout_nll_bma": float(-(torch.logsumexp(ll, 0) - math.log(len(ll))))}

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from environments.dag_params.evaluation import heldout_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.dags import FEATURES
 from environments.dag_params.metrics import auroc, expected_shd, feature_metrics, rmse_pearson, sample_features
@@ -133,3 +134,21 @@ def test_auroc_matches_brute_force_pair_count(d, seed, coarse):
         return
     brute = np.mean([(p > n) + 0.5 * (p == n) for p in pos for n in neg])
     assert math.isclose(auroc(torch.from_numpy(scores), torch.from_numpy(true)), brute, rel_tol=1e-12, abs_tol=1e-12)
+
+
+# ---------------------------------------------------------------- held-out fit
+
+
+def test_heldout_metrics_against_a_direct_gaussian_density():
+    """Two samples on d = 3: l_k = sum over rows and nodes of log N(x_j; (x W_k)_j, sigma^2), computed directly;
+    heldout_nll is -mean(l), heldout_nll_bma is -log mean(e^l), at most heldout_nll."""
+    sim = simulate_er(3, 1.0, 10, 7, obs_std=0.1, seed=2)
+    heldout = LinearGaussian(sim.valid, obs_var=0.01)
+    graphs = torch.stack([dag(3, [(0, 1)]), dag(3, [(0, 1), (1, 2)])])
+    thetas = torch.randn(2, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * graphs
+    x = sim.valid
+    ll = torch.stack([torch.distributions.Normal(x @ w, 0.1).log_prob(x).sum() for w in thetas])
+    m = heldout_metrics(heldout, graphs, thetas)
+    assert m["heldout_nll"] == pytest.approx(float(-ll.mean()), rel=1e-10)
+    assert m["heldout_nll_bma"] == pytest.approx(float(-(torch.logsumexp(ll, 0) - math.log(2))), rel=1e-10)
+    assert m["heldout_nll_bma"] <= m["heldout_nll"]

@@ -25,6 +25,7 @@ def test_run_writes_the_contract(tmp_path, extra):
     assert (t[g == 0] == 0).all()  # weights only on edges
     assert 0 <= m["edge_rmse"] <= 1 and m["graph_kl"] >= -1e-9 and m["theta_nll_exact"] == pytest.approx(m["theta_nll_exact"])
     assert 0 <= m["mean_field_edge_rmse"] <= 1 and m["mean_field_graph_kl"] >= -1e-12
+    assert m["heldout_nll_bma"] <= m["heldout_nll"] and m["heldout_nll_bma_exact"] <= m["heldout_nll_exact"]  # the 100 held-out rows (Jensen)
     if "ema=0" in extra:  # the last iterate is the sampler
         assert "last_edge_rmse" not in m
     else:  # the weight average is the sampler, the last iterate is scored beside it
@@ -54,7 +55,7 @@ def test_user_csv_runs(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, f"data={csv}"]) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert m["d"] == 3 and "expected_shd" not in m  # no true graph for a user's data
+    assert m["d"] == 3 and "expected_shd" not in m and "heldout_nll" not in m  # no true graph and no held-out rows for a user's data
 
 
 def test_table_runs_and_prints_the_paper(tmp_path):

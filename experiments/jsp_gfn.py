@@ -116,13 +116,13 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     pf, pb = env.make_policies(graph, cfg)
     model, d = problem.model, graph.kappa.d
     replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
-    state = nn.ModuleDict({"pf": pf, "replay": replay})  # the checkpoint restores the replay buffer too
+    envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
+    state = nn.ModuleDict({"pf": pf, "replay": replay, "envs": envs})  # the checkpoint restores the replay buffer and the graphs being built too
     ema = None
     if cfg["ema"] > 0:  # Polyak averaging of the weights: steadier than the last iterate of a noisy optimiser
         ema = state["ema"] = AveragedModel(pf, multi_avg_fn=get_ema_multi_avg_fn(cfg["ema"]))
     sampler = pf if ema is None else ema.module
     optimizer = make_optimizer(pf, cfg["lr"], lr_logZ=cfg["lr"])  # the policy has no log Z: one group at lr
-    envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
     exact = ExactPosterior(model, cfg["max_parents"] or None)  # the posterior over the DAGs the kernel reaches
 
     def collect(epsilon: float) -> None:

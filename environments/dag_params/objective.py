@@ -29,13 +29,18 @@ from .space import split
 __all__ = ["ParallelEnvs", "transition_loss"]
 
 
-class ParallelEnvs:
-    """``n`` DAGs on ``d`` nodes built one edge at a time (Algorithm 1's environments), masks updated incrementally."""
+class ParallelEnvs(torch.nn.Module):
+    """``n`` DAGs on ``d`` nodes built one edge at a time (Algorithm 1's environments), masks updated incrementally.
+
+    A module whose graphs and closures are registered buffers, so that a checkpoint of a model holding it restores
+    the partly built graphs too (a resumed run then continues the uninterrupted one).
+    """
 
     def __init__(self, n: int, d: int, max_parents: int | None = None):
+        super().__init__()
         self.d, self.max_parents = d, max_parents
-        self.adj = torch.zeros(n, d, d, dtype=torch.bool)
-        self.reach = torch.eye(d, dtype=torch.bool).expand(n, d, d).clone()
+        self.register_buffer("adj", torch.zeros(n, d, d, dtype=torch.bool))
+        self.register_buffer("reach", torch.eye(d, dtype=torch.bool).expand(n, d, d).clone())
 
     @torch.no_grad()
     def step(self, policy: JSPPolicy, epsilon: float) -> tuple[Tensor, Tensor]:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
+from experiments import jsp_gfn
 from experiments.cli import main
 
 TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50"]
@@ -36,6 +37,38 @@ def test_run_writes_the_contract(tmp_path, extra):
     if "max_parents=1" in extra:  # scored against the posterior over the DAGs the kernel reaches: a finite KL
         assert (g.sum(1) <= 1).all() and 0 <= m["graph_kl"] < float("inf")
     assert main(["run", "jsp-gfn", "--out", str(out), "--resume"]) == 0  # the replay buffer comes back with the checkpoint
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_continues_the_uninterrupted_run(tmp_path, monkeypatch):
+    """Killed after its step-4 checkpoint (eval_every 4, here an exception at the 6th update), then resumed: the same
+    history and final metrics as a run never stopped, to the bit (one thread). This needs the checkpoint to hold the
+    replay buffer and the graphs the environments are building, besides the weights, optimiser and RNG states."""
+    args = ["--threads", "1", "--set", "steps=8", "eval_every=4", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50", "num_envs=4"]
+    assert main(["run", "jsp-gfn", "--out", str(tmp_path / "full"), *args]) == 0
+    real, calls = jsp_gfn.transition_loss, []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 6:
+            raise Interrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(jsp_gfn, "transition_loss", failing)
+    with pytest.raises(Interrupt):
+        main(["run", "jsp-gfn", "--out", str(tmp_path / "cut"), *args])
+    monkeypatch.setattr(jsp_gfn, "transition_loss", real)
+    assert main(["run", "jsp-gfn", "--out", str(tmp_path / "cut"), "--resume"]) == 0
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(r).items() if k != "seconds"} for r in (tmp_path / run / "history.jsonl").read_text().splitlines()]
+
+    assert rows("cut") == rows("full")
+    full, cut = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("full", "cut"))
+    assert {k: v for k, v in cut.items() if "seconds" not in k} == {k: v for k, v in full.items() if "seconds" not in k}
 
 
 def test_user_csv_errors_are_one_line(tmp_path, capsys):

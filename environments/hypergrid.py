@@ -12,7 +12,7 @@ import itertools
 import torch
 from torch import Tensor
 
-from gflownet_measure.config import Setting
+from gflownet_measure.config import ConfigError, Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Measure, counting
@@ -53,8 +53,14 @@ def log_reward(x: Tensor, height: int, R0: float, R1: float, R2: float) -> Tenso
     return torch.log(R0 + R1 * band + R2 * square)
 
 
+MAX_STATES = 2**18
+"""Largest grid (``height ** ndim`` states) built: nu lists every state, and the exact metrics evaluate the policy on all of them."""
+
+
 def make_graph(cfg: dict) -> PointedGraph:
     H, D = cfg["height"], cfg["ndim"]
+    if H**D > MAX_STATES:
+        raise ConfigError(f"height={H}, ndim={D} is a grid of {H**D:,} states; valid: at most {MAX_STATES:,} (e.g. height 64 at ndim 3, 16 at 4, 8 at 6)")
     grid = torch.tensor(list(itertools.product(range(H), repeat=D)), dtype=torch.float32)
     everything = counting(grid)
 

@@ -32,7 +32,11 @@ def index_of(states: Tensor, queries: Tensor) -> Tensor:
 
 
 def transition_matrix(policy: Policy, states: Tensor) -> tuple[Tensor, Tensor]:
-    """``(P [S, S], p_sink [S])``: :math:`P_{ij} = P_F(s_j | s_i)`, :math:`p_\\bot(i) = P_F(\\bot | s_i)` (atoms only)."""
+    """``(P [S, S], p_sink [S])``: :math:`P_{ij} = P_F(s_j | s_i)`, :math:`p_\\bot(i) = P_F(\\bot | s_i)` (atoms only).
+
+    ``P`` is a coalesced sparse COO tensor: a state has a few children, and a dense ``S x S`` matrix of a
+    65,536-state grid would take 34 GB.
+    """
     with torch.no_grad():
         d = policy(states)
     a = d.measure.atoms
@@ -46,8 +50,7 @@ def transition_matrix(policy: Policy, states: Tensor) -> tuple[Tensor, Tensor]:
     cols = index_of(states, a.x[child])
     if (cols < 0).any():
         raise ValueError("the kernel has children outside nu's atoms")
-    P = torch.zeros(S, S, dtype=torch.float64)
-    P.index_put_((rows, cols), probs[child], accumulate=True)
+    P = torch.sparse_coo_tensor(torch.stack([rows, cols]), probs[child], (S, S), dtype=torch.float64, check_invariants=True).coalesce()  # duplicates summed
     return P, p_sink
 
 
@@ -58,7 +61,6 @@ def terminating_distribution(graph: PointedGraph, policy: Policy, states: Tensor
     """
     states = enumerate_states(graph) if states is None else states
     P, p_sink = transition_matrix(policy, states)
-    P = P.to_sparse()
     rho = (index_of(states, graph.source[None])[0] == torch.arange(len(states))).double()
     out = torch.zeros_like(rho)
     for _ in range(graph.max_length):

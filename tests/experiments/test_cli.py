@@ -23,6 +23,7 @@ def test_list_names_every_experiment_and_environment(capsys):
         (["run", "hypergrid", "--set", "loss=xx"], "loss='xx' is not allowed; valid: db, fm, subtb, tb"),
         (["run", "hypergrid", "--set", "backward=maybe"], "valid: uniform, learned"),
         (["run", "hypergrid", "--set", "height=1"], "height=1 is out of range"),
+        (["run", "hypergrid", "--set", "height=64", "ndim=4"], "height=64, ndim=4 is a grid of 16,777,216 states; valid: at most 262,144"),
         (["run", "hypergrid", "--set", "steps=ten"], "steps='ten' is not a valid int"),
         (["run", "hypergrid", "--set", "steps"], "--set expects key=value"),
         (["run", "hypergrid", "--set", "lr=nan"], "lr=nan is not a finite number"),

@@ -41,7 +41,7 @@ from .registry import Experiment, register
 
 SETTINGS = {
     **env.SETTINGS,
-    **TRAINING_SETTINGS,
+    **{k: v for k, v in TRAINING_SETTINGS.items() if k != "lr_flow"},  # no state flow here
     "objective": Setting("tb", "training objective", choices=("tb", "reverse_kl", "forward_kl")),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),

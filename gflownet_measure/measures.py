@@ -59,15 +59,6 @@ class Box:
     def bounded(self) -> bool:
         return all(math.isfinite(v) for v in self.low + self.high)
 
-    def log_volume(self) -> float:
-        """:math:`\\log \\lambda(U)`, ``inf`` for an unbounded box."""
-        return float(sum(math.log(h - l) for l, h in zip(self.low, self.high)))
-
-    def contains(self, u: Tensor) -> Tensor:
-        low = torch.as_tensor(self.low, dtype=u.dtype, device=u.device)
-        high = torch.as_tensor(self.high, dtype=u.dtype, device=u.device)
-        return ((u >= low) & (u <= high)).all(-1)
-
     def weighted_points(self, n: int, method: str, dtype=torch.float64, generator=None):
         """Nodes ``u [M, k]`` and log-weights ``[M]`` with :math:`\\sum_m w_m f(u_m) \\approx \\int_U f\\,du`.
 

@@ -122,10 +122,6 @@ class DagKernel(Kernel):
         self.d, self.forward, self.max_parents = d, forward, max_parents
         self.charts = tuple(EdgeWeightsChart(d, k) for k in range(1, d * (d - 1) // 2 + 1)) if forward else ()
 
-    @property
-    def n_atoms(self) -> int:
-        return self.d * self.d + (2 if self.forward else 1)
-
     def __call__(self, s: Tensor) -> Measure:
         d, B = self.d, s.shape[0]
         adj, _, stopped = split(s, d)

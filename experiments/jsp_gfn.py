@@ -113,7 +113,7 @@ def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
 def run(cfg: dict, out: Path, resume: bool) -> dict:
     problem = env.make_problem(cfg)
     graph = env.make_graph(cfg, problem)
-    pf, pb = env.make_policies(graph, cfg)
+    pf, pb = env.make_policies(graph, cfg, problem)
     model, d = problem.model, graph.kappa.d
     replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
     envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)

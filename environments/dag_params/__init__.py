@@ -85,7 +85,7 @@ def make_graph(cfg: dict, problem: Problem | None = None) -> PointedGraph:
         raise ConfigError(str(e)) from None
 
 
-def make_policies(graph: PointedGraph, cfg: dict) -> tuple[JSPPolicy, UniformPolicy]:
+def make_policies(graph: PointedGraph, cfg: dict, problem: Problem | None = None) -> tuple[JSPPolicy, UniformPolicy]:
     """``(P_F, P_B)``: the JSP-GFN policy (fresh network, logits scaled by ``logit_scale`` or ``N``) and the uniform backward policy over the edges of ``G'``."""
-    scale = cfg["logit_scale"] or float(make_problem(cfg).model.n)
+    scale = cfg["logit_scale"] or float((problem or make_problem(cfg)).model.n)
     return JSPPolicy(graph.kappa, JSPNetwork(graph.kappa.d, cfg["hidden"], MODELS[cfg["model"]]), scale), UniformPolicy(graph.kappa_b)

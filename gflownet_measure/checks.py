@@ -146,16 +146,21 @@ def _pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: _Tes
     """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`) for every test function:
     estimates, variances and scales ``[K]`` each.
 
-    The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values, so that a
-    :math:`\\nu` with many pieces (the DAG x Theta space) stays within memory; every test function reuses a chunk's nodes.
+    The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values (a chunk that
+    comes out larger is halved and redone: states differ in their number of pieces), so that a :math:`\\nu` with
+    many pieces (the DAG x Theta space) stays within memory; every test function reuses a chunk's nodes.
     """
     keep = outer.mask[0] & ~outer.sink[0]
     s = outer.x[0][keep]
     chunk = max(1, PAIR_BUDGET // (kernel(s[:1]).weighted_points(n, method).x.shape[1] * s.shape[1]))
     K = fs.a.shape[0]
     est, var, mass = [[] for _ in range(K)], [[] for _ in range(K)], [[] for _ in range(K)]
-    for i in range(0, len(s), chunk):
+    i = 0
+    while i < len(s):
         inner = kernel(s[i : i + chunk]).weighted_points(n, method)
+        if chunk > 1 and inner.x.numel() > PAIR_BUDGET:
+            chunk //= 2
+            continue
         outer_s = s[i : i + chunk, None].expand_as(inner.x)
         x = torch.where(inner.mask[..., None], inner.x, outer_s)  # absent atoms may hold invalid states
         vs = _evaluate(graph, fs, x, outer_s, torch.zeros_like(inner.sink)) if swap else _evaluate(graph, fs, outer_s, x, inner.sink)
@@ -164,6 +169,7 @@ def _pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: _Tes
             est[k].append(e)
             var[k].append(vv)
             mass[k].append(integrate(inner, v.abs())[0])
+        i += len(inner.x)
     sub = WeightedPoints(outer.x[:, keep], outer.sink[:, keep], outer.log_w[:, keep], outer.mask[:, keep], outer.component[keep], outer.n_atoms)
     out = [(*integrate(sub, torch.cat(est[k])[None], torch.cat(var[k])[None]), integrate(sub, torch.cat(mass[k])[None])[0]) for k in range(K)]
     return tuple(torch.cat(col) for col in zip(*out))

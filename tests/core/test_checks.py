@@ -216,3 +216,34 @@ def test_sink_atom_of_mass_two_breaks_eq6(spec):
     assert not row(report, 6).passed
     # mass 2 is at distance 1 from {0, 1}; log 2 is stored in the float32 atoms of the graph's kernel (error ~1e-7 * 2)
     assert row(report, 6).estimate == pytest.approx(1.0, abs=1e-6)
+
+
+def test_pair_integrals_keep_to_the_budget_and_do_not_depend_on_it(monkeypatch):
+    """DAG x Theta space, d = 3 (quadrature: deterministic nodes): with a budget of a few states' worth, no kernel
+    batch that is integrated exceeds it (states differ in their number of pieces: the first, the empty graph, has the
+    fewest), and the integrals equal those of one chunk, to float64 round-off."""
+    from environments import dag_params
+    from gflownet_measure import checks
+    from gflownet_measure.config import resolve
+
+    graph = dag_params.make_graph(resolve(dag_params.SETTINGS, {"d": 3}))
+    nu = graph.nu.weighted_points(4, "quadrature")
+    fs = checks._test_functions(graph, 3, torch.Generator().manual_seed(0))
+    whole = checks._pair_integrals(graph, nu, graph.kappa, fs, False, 4, "quadrature")
+    batches = []  # (states, inner values) of every kernel batch made
+
+    def recording(s):
+        m = graph.kappa(s)
+        batches.append((len(s), m.weighted_points(4, "quadrature").x.numel()))
+        return m
+
+    states = nu.x[0][nu.mask[0] & ~nu.sink[0]]  # the outer states, as _pair_integrals takes them
+    sizes = [graph.kappa(states[k : k + 1]).weighted_points(4, "quadrature").x.numel() for k in range(len(states))]
+    assert max(sizes) > sizes[0]  # the first state (the empty graph) has the fewest pieces: the old chunking sized from it
+    budget = 4 * max(sizes)  # room for at least 4 of the largest states
+    monkeypatch.setattr(checks, "PAIR_BUDGET", budget)
+    chunked = checks._pair_integrals(graph, nu, recording, fs, False, 4, "quadrature")
+    kept = [(k, n) for k, n in batches[1:] if n <= budget]  # after the one-state sizing probe; larger batches are halved and redone
+    assert len(kept) > 3 and sum(k for k, _ in kept) == len(states)  # every state, once
+    for a, b in zip(whole, chunked):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

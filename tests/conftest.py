@@ -14,6 +14,8 @@ pytest's default ``prepend`` import mode inserts a rootdir conftest's folder whe
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -33,10 +35,21 @@ CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "chec
 
 
 def check_contract(out: Path, expect: str = "x") -> None:
-    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect <expect>`` (DESIGN.md section 5), where that tool exists."""
+    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect <expect>`` (DESIGN.md section 5).
+
+    Where that tool is absent (a clone outside this workspace), the contract's core is checked here instead:
+    config.json an object, metrics.json a flat object of finite numbers, history.jsonl one object per line,
+    samples.npz holding the ``expect`` arrays."""
     if CHECK_RUN_DIR.exists():
         p = subprocess.run([sys.executable, str(CHECK_RUN_DIR), str(out), "--expect", expect], capture_output=True, text=True)
         assert p.returncode == 0, p.stdout
+        return
+    assert isinstance(json.loads((out / "config.json").read_text()), dict)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in metrics.values()), metrics
+    assert all(isinstance(json.loads(r), dict) for r in (out / "history.jsonl").read_text().splitlines() if r.strip())
+    with np.load(out / "samples.npz") as z:
+        assert set(expect.split(",")) <= set(z.files), z.files
 
 
 @pytest.fixture

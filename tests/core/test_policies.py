@@ -67,7 +67,7 @@ def test_the_density_of_a_draw_is_the_density_at_its_point():
         d = pf(s)
         for eps in (0.0, 0.5):
             x, sink, drawn = d.draw(eps)
-            assert torch.allclose(d.log_prob_of(drawn), d.log_prob(x, sink), atol=1e-4)
+            assert torch.allclose(d.log_prob_of(drawn), d.log_prob(x, sink), atol=3e-5)  # two float32 paths to one density: 6e-6 apart measured
 
 
 def test_gumbel_max_draws_the_softmax_and_never_an_absent_component():

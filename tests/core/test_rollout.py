@@ -23,7 +23,9 @@ def _assert_valid(g, traj):
     moving = traj.mask & ~traj.sink[1:]
     assert ((steps.sum(-1) == 1) & (steps.abs().sum(-1) == 1))[moving].all()
     assert (steps[traj.sink[1:]] == 0).all()
-    assert (traj.sink.sum(0) == traj.sink.shape[0] - traj.length).all()
+    cols = torch.arange(traj.sink.shape[1])
+    assert (traj.sink[1:] >= traj.sink[:-1]).all()  # once at the sink, always at the sink
+    assert traj.sink[traj.length, cols].all() and not traj.sink[traj.length - 1, cols].any()  # first reached at position length
     assert torch.equal(traj.log_R, g.log_reward(traj.terminal))
 
 
@@ -100,6 +102,18 @@ def test_nan_reward_is_reported(grid):
     broken = g.__class__(**{**g.__dict__, "log_reward": lambda x: torch.full((len(x),), float("nan"))})
     with pytest.raises(ValueError, match="log_reward is nan"):
         sample_forward(broken, pf, 4)
+
+
+def test_walks_longer_than_max_length_are_an_error(grid):
+    """eq. 7 in practice: a graph that claims walks of at most 2 steps while the grid's take up to 13 (H = 5, D = 3)."""
+    g, pf, pb = grid
+    short = g.__class__(**{**g.__dict__, "max_length": 2})
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="did not reach the sink within max_length=2"):
+        sample_forward(short, pf, 256, epsilon=1.0)  # uniform moves: some walk leaves s0 more than twice
+    far = torch.full((4, 3), 4.0)  # the far corner: 12 moves from s0
+    with pytest.raises(RuntimeError, match="backward trajectories did not reach s0 within 2 steps"):
+        sample_backward(short, pb, far)
 
 
 def test_replay_buffer_round_trip_and_ring(grid):

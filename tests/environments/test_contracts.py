@@ -1,6 +1,7 @@
 """Every registered environment satisfies the theory's conditions (DESIGN.md section 6), on settings drawn by hypothesis."""
 import pytest
 import torch
+from conftest import HYPOTHESIS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,7 @@ def test_every_environment_has_a_strategy():
 def test_environment_passes_the_theory_checks(name):
     spec = ENVIRONMENTS[name]
 
-    @settings(max_examples=EXAMPLES.get(name, 10), deadline=None)
+    @settings(HYPOTHESIS, max_examples=EXAMPLES.get(name, 10))
     @given(SMALL_SETTINGS[name], st.integers(0, 2**16))
     def run(overrides, seed):
         cfg = resolve(spec.settings, overrides)

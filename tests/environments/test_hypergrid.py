@@ -47,9 +47,16 @@ def test_encoding_is_one_hot_per_axis():
 
 def test_exact_distribution_of_a_large_grid_fits_in_memory():
     """H = 16, D = 4: 65,536 states, whose dense transition matrix would take 34 GB; the sparse one holds 5 entries a row."""
+    torch.manual_seed(0)
     cfg = DEFAULTS | {"height": 16, "ndim": 4}
     g = hypergrid.make_graph(cfg)
     pf, _ = hypergrid.make_policies(g, cfg, hidden=8)
-    p_T = terminating_distribution(g, pf)
+    states = enumerate_states(g)
+    p_T = terminating_distribution(g, pf, states)
     assert p_T.shape == (16**4,) and (p_T >= 0).all()
     assert math.isclose(float(p_T.sum()), 1.0, rel_tol=1e-5)  # float32 softmax rows, 61 steps
+    # s0 is terminated only by stopping at once: P_T(s0) = P_F(stop | s0)
+    origin = int(index_of(states, g.source[None])[0])
+    with torch.no_grad():
+        stop_now = pf(g.source[None]).log_prob(g.source[None], torch.ones(1, dtype=torch.bool)).double().exp()
+    assert math.isclose(float(p_T[origin]), float(stop_now), rel_tol=1e-6)

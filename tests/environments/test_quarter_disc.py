@@ -34,7 +34,7 @@ def test_forward_arcs_stay_in_the_square_at_distance_rho(rho):
     arc = kappa(s).pieces[1]
     s, ctx = s[arc.mask], arc.context[arc.mask]
     for u in (0.0, 0.5, 1.0, None):
-        u = torch.rand(len(s), 1, dtype=torch.float64) if u is None else torch.full((len(s), 1), u, dtype=torch.float64)
+        u = torch.rand(len(s), 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) if u is None else torch.full((len(s), 1), u, dtype=torch.float64)
         x = arc.chart.forward(ctx, u)
         d = x - s
         assert ((x >= -1e-12) & (x <= 1 + 1e-12)).all()  # float64 round-off of s + rho (cos, sin)
@@ -66,7 +66,7 @@ def test_backward_kernel_mirrors_the_forward_one(rho):
     s = states(3000, seed=2)
     back = g.kappa_b(s)
     fwd = g.kappa((1 - s))
-    u = torch.rand(len(s), 1, dtype=torch.float64)
+    u = torch.rand(len(s), 1, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     assert torch.equal(back.pieces[0].mask, fwd.pieces[1].mask & (torch.linalg.vector_norm(s, dim=1) > rho))
     both = back.pieces[0].mask
     xb = back.pieces[0].chart.forward(s[both], u[both])
@@ -187,6 +187,7 @@ def test_rejection_sampler_is_exact_and_refuses_the_codes_bound():
 
 
 def test_grid_jsd_and_kde():
+    torch.manual_seed(0)
     g = torch.randn(50, dtype=torch.float64)
     assert grid_jsd(g, g) == pytest.approx(0.0, abs=1e-12)
     assert grid_jsd(g, 2 * g) == pytest.approx(grid_jsd(2 * g, g), abs=1e-12)
@@ -195,12 +196,13 @@ def test_grid_jsd_and_kde():
     pts = torch.rand(300, 2, dtype=torch.float64)
     y = torch.rand(40, 2, dtype=torch.float64)
     brute = torch.logsumexp(-torch.linalg.vector_norm(y[:, None] - pts[None], dim=-1) / 0.1, 1)
-    assert torch.allclose(kde_log_density(pts, y, 0.1, chunk=7), brute, atol=1e-3)  # float32 matrix-product distances
+    assert torch.allclose(kde_log_density(pts, y, 0.1, chunk=7), brute, atol=2e-4)  # float32 matrix-product distances: 4.7e-5 at most over 5 seeds
 
 
 def test_edge_clamp_keeps_sampled_densities_finite():
     """With every concentration at its floor 0.1, Beta samples fall within float round-off of 0 and 1; the clamp
     of BetaHead/BetaMixtureHead keeps them in [1e-6, 1 - 1e-6] and every sampled transition's log-density finite."""
+    torch.manual_seed(0)
     head = BetaMixtureHead(1, 2)
     d = head(torch.full((5000, head.n_params), -30.0))  # sigmoid(-30) ~ 0: alpha = beta = 0.1
     u = d.sample()

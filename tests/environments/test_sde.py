@@ -23,7 +23,8 @@ def setup(**overrides):
 @pytest.mark.parametrize("target", ["gmm9", "funnel"])
 def test_bridge_is_the_exact_backward_law_of_the_reference_process(target):
     """With zero drift (the zero-initialised network) P_F(tau) = N(x; 0, sigma^2 I) P_B(tau | x) exactly, so
-    w = log R(x) - log N(x; 0, sigma^2 I) on every trajectory, whatever its path (float32 round-off over T steps)."""
+    w = log R(x) - log N(x; 0, sigma^2 I) on every trajectory, whatever its path (float32 round-off over T steps:
+    at most 1.6e-5 measured on the funnel, 4.2e-6 on gmm9)."""
     torch.manual_seed(0)
     cfg, graph, pf, pb = setup(target=target, n_steps=20)
     traj, scores = rollout(graph, pf, 256, pb=pb)
@@ -31,7 +32,7 @@ def test_bridge_is_the_exact_backward_law_of_the_reference_process(target):
     x = traj.terminal[:, :-1].double()
     sigma = sde.sigma_of(cfg)
     ref = -0.5 * (x / sigma).square().sum(1) - x.shape[1] * (math.log(sigma) + 0.5 * math.log(2 * math.pi))
-    assert torch.allclose(w.double(), traj.log_R.double() - ref, atol=2e-3)
+    assert torch.allclose(w.double(), traj.log_R.double() - ref, atol=2e-4)
     # and the rollout's scores are the densities log_densities recomputes from the states
     lpf, lpb = log_densities(traj, pf, pb)
     assert torch.allclose(lpf, scores.log_pf, atol=1e-4) and torch.allclose(lpb, scores.log_pb, atol=1e-4)
@@ -74,6 +75,7 @@ def test_batched_scores_equal_the_scored_rollout(noise):
     """``sample_forward`` then ``score`` (the training path) draws the same trajectories from the same seed as a scored
     ``rollout`` and gives the same log P_F, log P_B and behaviour log q, to float32 round-off of one network
     evaluated on a batch of 32 rows or of 32 x 6 rows (1e-4 in log-density)."""
+    torch.manual_seed(3)  # the network and its perturbation too
     cfg, graph, pf, pb = setup(n_steps=5)
     with torch.no_grad():  # a non-zero drift, so that log P_F depends on the network's output
         pf.net.joint[-1].weight.normal_(0, 0.1)

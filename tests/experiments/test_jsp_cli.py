@@ -24,7 +24,7 @@ def test_run_writes_the_contract(tmp_path, extra):
         g, t = z["graphs"], z["thetas"]
     assert g.shape == (50, d, d) and g.dtype == np.uint8 and t.shape == (50, d, d)
     assert (t[g == 0] == 0).all()  # weights only on edges
-    assert 0 <= m["edge_rmse"] <= 1 and m["graph_kl"] >= -1e-9 and m["theta_nll_exact"] == pytest.approx(m["theta_nll_exact"])
+    assert 0 <= m["edge_rmse"] <= 1 and m["graph_kl"] >= -1e-9 and np.isfinite(m["theta_nll"]) and np.isfinite(m["theta_nll_exact"])
     assert 0 <= m["mean_field_edge_rmse"] <= 1 and m["mean_field_graph_kl"] >= -1e-12
     # the beam (128) holds every order of up to 5 edges; only the 6-edge DAGs of d = 4 (720 orders) leave an importance-
     # sampling term, whose 1,000 orders put it within a few percent (2e-4 nats on average measured on this run)

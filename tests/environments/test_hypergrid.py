@@ -21,18 +21,23 @@ def test_reward_levels_and_partition_function():
     assert math.isclose(float(R.sum()), 48 * 1e-3 + 12 * 0.501 + 4 * 2.501, rel_tol=1e-6)
 
 
+def _exact(height: int, ndim: int, hidden: int):
+    """A seeded random policy on the grid and its exact P_T over the enumerated states."""
+    torch.manual_seed(0)
+    cfg = DEFAULTS | {"height": height, "ndim": ndim}
+    g = hypergrid.make_graph(cfg)
+    pf, _ = hypergrid.make_policies(g, cfg, hidden=hidden)
+    states = enumerate_states(g)
+    return g, pf, states, terminating_distribution(g, pf, states)
+
+
 def test_exact_terminating_distribution_agrees_with_sampling():
     """Total variation between P_T (exact DP) and 20,000 samples of the same policy.
 
     E[TV] for K cells and n samples is about sum_x sqrt(p(1 - p) / (2 pi n)) <= 0.02 here; 0.05 is far
     outside that (seeded), while a DP that ignored, say, the stop probability would be off by O(1).
     """
-    torch.manual_seed(0)
-    cfg = DEFAULTS | {"height": 5, "ndim": 2}
-    g = hypergrid.make_graph(cfg)
-    pf, _ = hypergrid.make_policies(g, cfg, hidden=16)
-    states = enumerate_states(g)
-    p_T = terminating_distribution(g, pf, states)
+    g, pf, states, p_T = _exact(5, 2, 16)
     assert math.isclose(float(p_T.sum()), 1.0, rel_tol=1e-6)  # the policy's softmax is float32 (eps 1.2e-7 per row)
     x = sample_forward(g, pf, 20000).terminal
     counts = torch.bincount(index_of(states, x), minlength=len(states)).double() / len(x)
@@ -47,12 +52,7 @@ def test_encoding_is_one_hot_per_axis():
 
 def test_exact_distribution_of_a_large_grid_fits_in_memory():
     """H = 16, D = 4: 65,536 states, whose dense transition matrix would take 34 GB; the sparse one holds 5 entries a row."""
-    torch.manual_seed(0)
-    cfg = DEFAULTS | {"height": 16, "ndim": 4}
-    g = hypergrid.make_graph(cfg)
-    pf, _ = hypergrid.make_policies(g, cfg, hidden=8)
-    states = enumerate_states(g)
-    p_T = terminating_distribution(g, pf, states)
+    g, pf, states, p_T = _exact(16, 4, 8)
     assert p_T.shape == (16**4,) and (p_T >= 0).all()
     assert math.isclose(float(p_T.sum()), 1.0, rel_tol=1e-5)  # float32 softmax rows, 61 steps
     # s0 is terminated only by stopping at once: P_T(s0) = P_F(stop | s0)

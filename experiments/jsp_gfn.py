@@ -34,10 +34,11 @@ from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import Trainer, make_optimizer
 
 from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
-from .plots import plot_history, plot_scatter_panels
+from .plots import plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
 
 BASELINES = {"gibbs": gibbs_mc3, "mh": mh_mc3}
+BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3"}
 
 SETTINGS = {
     **env.SETTINGS,
@@ -233,6 +234,8 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baseline not included).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
+    for d, ms in rows.items():
+        _plot_table(d, ms, extra, cfg["baseline"], out / f"table_d{d}.png")
     table = "\n".join(lines).strip() + "\n"
     (out / "table.txt").write_text(table)
     print(table)
@@ -243,6 +246,21 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         np.savez(out / "samples.npz", graphs=z["graphs"], thetas=z["thetas"])
     (out / "posterior.png").write_bytes((first / "posterior.png").read_bytes())
     return metrics | {"datasets": cfg["datasets"]}
+
+
+def _plot_table(d: int, ms: list[dict], extra: list[str], baseline: str, path: Path) -> None:
+    """``table_d<d>.png``: per dataset, the three RMSEs (the sampler, its last iterate, the MCMC baseline) beside the papers' means, and Params beside the exact sampler's."""
+    panels = []
+    for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
+        names = {"JSP-GFN": f"{feature}_rmse", "last iterate": f"last_{feature}_rmse", BASELINE_NAMES.get(baseline, ""): f"mcmc_{feature}_rmse"}
+        series = {label: [m[key] for m in ms] for label, key in names.items() if key == f"{feature}_rmse" or key in extra}
+        references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse"], 0.0)}
+        if d == 5:
+            references["Deleu et al. D.1"] = PAPER["deleu_d1"][f"{feature}_rmse"]
+        panels.append((f"{title} features: RMSE against the exact posterior", series, references))
+    series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
+    panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)}))
+    plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} ER1 datasets (lines: means)")
 
 
 register(Experiment("jsp-table", "Table 3 / C.2 and D.1: JSP-GFN against the exact posterior for d = 3, 4, 5 over datasets, beside the papers", TABLE_SETTINGS, TABLE_PRESETS, run_table))

@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels"]
+__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset"]
 
 
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
@@ -118,6 +118,36 @@ def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str
         ax.set_ylabel(yl)
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tuple[float, float]]]], path: Path, title: str) -> None:
+    """Side-by-side panels of one value per dataset ``(title, {series: values [n]}, {reference: (mean, spread)})``.
+
+    A series is drawn as markers at datasets 0 .. n-1 and its mean as a solid line of its colour; a reference (e.g. a
+    paper's mean and standard deviation) as a dashed grey line with a band of +- spread (none when the spread is 0).
+    The y axis is logarithmic where every value of the panel is positive.
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, (name, series, references) in zip(axes[0], panels):
+        for k, (label, values) in enumerate(series.items()):
+            v = np.asarray(values, dtype=float)
+            line = ax.plot(np.arange(len(v)), v, marker="os^v"[k % 4], ls="none", ms=5, alpha=0.8, label=f"{label} (mean {v.mean():.4g})")[0]
+            ax.axhline(v.mean(), color=line.get_color(), lw=1)
+        for k, (label, (mean, spread)) in enumerate(references.items()):
+            ax.axhline(mean, color="grey", ls=("--", ":")[k % 2], lw=1.2, label=f"{label} ({mean:.4g}" + (f" ± {spread:.2g})" if spread else ")"))
+            if spread > 0:
+                ax.axhspan(mean - spread, mean + spread, color="grey", alpha=0.12)
+        if all(np.all(np.asarray(v) > 0) for v in series.values()) and all(m > 0 for m, _ in references.values()):
+            ax.set_yscale("log")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("dataset")
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

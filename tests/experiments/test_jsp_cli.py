@@ -101,6 +101,7 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     table = (out / "table.txt").read_text()
     assert "edge_rmse" in table and "0.015" in table  # the paper's d = 3 value beside ours
     assert "mean_field_edge_rmse" in table
+    assert (out / "table_d3.png").stat().st_size > 0  # the per-dataset figure beside the table
     m = json.loads((out / "metrics.json").read_text())
     assert "edge_rmse/d3/mean" in m and m["datasets"] == 2
     runs = [json.loads((out / "d3" / f"data{k}" / "metrics.json").read_text())["seconds"] for k in range(2)]

@@ -12,6 +12,14 @@ import numpy as np  # noqa: E402
 __all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset"]
 
 
+def _finish(fig, path: Path, title: str) -> None:
+    """Title the figure, lay it out, write it to ``path`` (PNG, 120 dpi) and free it."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
     """``key`` against trajectories seen, one point per evaluation."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -66,10 +74,7 @@ def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, pa
         ax.set_title(name)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, path, title)
 
 
 def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, float, float]]], path: Path, title: str, share: tuple[int, ...] = ()) -> None:
@@ -85,10 +90,7 @@ def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, 
         im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal", vmin=vmin, vmax=vmax)
         ax.set_title(name, fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8, extend="max" if k in share[1:] else "neither")
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, path, title)
 
 
 def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, float], samples: dict[str, np.ndarray], path: Path, title: str, max_points: int = 2000) -> None:
@@ -100,10 +102,7 @@ def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, f
         ax.set_xlim(extent[0], extent[1])
         ax.set_ylim(extent[2], extent[3])
         ax.set_title(name, fontsize=9)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, path, title)
 
 
 def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str, bool]], path: Path, title: str) -> None:
@@ -118,10 +117,7 @@ def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str
         ax.set_ylabel(yl)
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, path, title)
 
 
 def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tuple[float, float]]]], path: Path, title: str) -> None:
@@ -148,7 +144,4 @@ def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tu
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish(fig, path, title)

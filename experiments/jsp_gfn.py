@@ -221,6 +221,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     optional = ("last_edge_rmse", "last_path_rmse", "last_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse", "seconds")
     extra = [key for key in optional if all(key in m for ms in rows.values() for m in ms)]
     for d, ms in rows.items():
+        _plot_table(d, ms, extra, cfg["baseline"], out / f"table_d{d}.png")
         lines += [f"\nd = {d}: {len(ms)} ER1 datasets of N = {ms[0].get('n_data', cfg['n_data'])} (mean ± 95% CI over datasets)", f"{'metric':<22} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
         for key in TABLE_KEYS + tuple(extra):
             v = np.array([m[key] for m in ms])
@@ -239,8 +240,6 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baseline not included).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
-    for d, ms in rows.items():
-        _plot_table(d, ms, extra, cfg["baseline"], out / f"table_d{d}.png")
     table = "\n".join(lines).strip() + "\n"
     (out / "table.txt").write_text(table)
     print(table)

@@ -10,7 +10,11 @@ States are points of :math:`S = [0, 1]^2` with source :math:`s_0 = (0, 0)`. The 
   sink atom; only the sink where the arc is empty (forced exit).
 - :math:`\\kappa_b(s', \\cdot)`: the atom :math:`s_0` for :math:`s' \\in Q_\\rho` (their only parent),
   arclength on the backward arc :math:`\\{s' - \\rho(\\cos\\theta, \\sin\\theta) \\in S\\}` otherwise,
-  zero at :math:`s_0` (eq. 5).
+  zero at :math:`s_0` (eq. 5). Where that arc is a single point :math:`p(s')` (:math:`s'` on a wall beyond
+  :math:`Q_\\rho`: :math:`x = 0 < \\rho < y` or :math:`y = 0 < \\rho < x`; numerically also within round-off of
+  a wall or of the circle :math:`\\|s'\\| = \\rho`, where the computed bounds give :math:`B \\le A`) it carries no
+  arclength; there :math:`\\kappa_b(s', \\cdot) = \\delta_{p(s')}`, the limit of the normalised arc, so that every
+  :math:`s' \\ne s_0` of :math:`S` has a parent. These states are :math:`\\nu`-null, so eq. 4 is unchanged.
 - :math:`\\nu = \\delta_{s_0} + \\lambda_S`; every :math:`s \\ne s_0` is terminable, so
   :math:`\\kappa_b(\\bot, \\cdot) = \\lambda_S` and the reward is a density w.r.t. Lebesgue area.
 
@@ -67,7 +71,9 @@ class QuarterDiscKernel(Kernel):
     """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the quarter-disc grid (module docstring).
 
     Components, in order: forward ``[sink atom | polar piece at s0 | forward arc]``, backward
-    ``[atom s0 | backward arc]``. With ``jacobian=False`` the charts report :math:`\\log|J| = 0`
+    ``[atom | backward arc]``: the atom is s0 inside the first quarter disc, and the arc's single
+    point where the backward arc has no length (a wall beyond the disc, module docstring). With
+    ``jacobian=False`` the charts report :math:`\\log|J| = 0`
     (:class:`~gflownet_measure.transforms.WithoutJacobian`): such a kernel is not the graph's, and
     is only used to build the policies of the Jacobian-free demonstration.
     """
@@ -91,7 +97,14 @@ class QuarterDiscKernel(Kernel):
             atoms = Atoms(s[:, None], torch.zeros(B, 1, dtype=s.dtype), ~at_source[:, None], torch.ones(B, 1, dtype=torch.bool))
             return Measure(atoms, (Piece(self.polar, s, at_source), Piece(self.arc, s, has_arc)))
         in_disc = ~at_source & (torch.linalg.vector_norm(s, dim=1) <= self.rho)
-        atoms = Atoms(torch.zeros_like(s)[:, None], torch.zeros(B, 1, dtype=s.dtype), in_disc[:, None], torch.zeros(B, 1, dtype=torch.bool))
+        # the backward arc is a single point (module docstring): no arclength, the atom at that point instead
+        point = ~at_source & ~in_disc & ~has_arc
+        parent = torch.zeros_like(s)
+        if point.any():
+            theta = (math.pi / 4) * (lo + hi)[point]  # A = B up to round-off: (pi / 2) (A + B) / 2
+            e = torch.stack([torch.cos(theta), torch.sin(theta)], -1)
+            parent[point] = (s[point].double() - self.rho * e).clamp(min=0.0).to(s.dtype)  # cos(pi/2) = 6e-17: stay in S
+        atoms = Atoms(parent[:, None], torch.zeros(B, 1, dtype=s.dtype), (in_disc | point)[:, None], torch.zeros(B, 1, dtype=torch.bool))
         return Measure(atoms, (Piece(self.arc, s, has_arc & ~in_disc),))
 
 

@@ -9,8 +9,8 @@ import torch
 from environments import quarter_disc as qd
 from gflownet_measure.checks import check_graph
 from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
-from gflownet_measure.policies import BetaMixtureHead, tied
-from gflownet_measure.rollout import log_densities, sample_forward, score
+from gflownet_measure.policies import BetaMixtureHead, UniformPolicy, tied
+from gflownet_measure.rollout import log_densities, sample_backward, sample_forward, score
 from gflownet_measure.transforms import ArcChart, WithoutJacobian
 
 RHOS = [0.25, 0.1]
@@ -294,3 +294,72 @@ def test_scores_at_the_rollouts_draw_equal_scores_at_the_located_transitions():
     at_draw, located = score(traj, pf, pb, epsilon=0.2), score(traj._replace(draw=None), pf, pb, epsilon=0.2)
     for name, a, b in zip(at_draw._fields, at_draw, located):
         assert torch.allclose(a, b, atol=1e-5), name
+
+
+def _boundary_states(rho, dtype):
+    """States of S \\ {s0} on and next to its boundary: the four walls at offsets from 0 (exact) to 1e-6, and the circle
+    ||s|| = rho at relative offsets from -1e-12 to +1e-12 (float64 round-off is 1.1e-16), cast to ``dtype``."""
+    t = torch.linspace(0.0, 1.0, 41, dtype=torch.float64)
+    near = torch.tensor([0.0, 1e-300, 1e-30, 1e-18, 1e-17, 3e-17, 1e-16, 3e-16, 1e-12, 1e-6], dtype=torch.float64)
+    walls = [torch.stack(p, -1) for a in near for p in ((a.expand(41), t), (t, a.expand(41)), (1 - a.expand(41), t), (t, 1 - a.expand(41)))]
+    phi = torch.linspace(0.0, math.pi / 2, 41, dtype=torch.float64)
+    ring = torch.stack([torch.cos(phi), torch.sin(phi)], -1)
+    circle = [rho * (1 + f) * ring for f in (-1e-12, -1e-16, 0.0, 1e-16, 2e-16, 5e-16, 1e-15, 1e-12)]
+    s = torch.cat(walls + circle).clamp(0.0, 1.0).to(dtype)
+    return s[(s != 0).any(1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("rho", RHOS)
+def test_every_state_of_the_support_has_a_parent(rho, dtype):
+    """kappa_b(s', .) != 0 for every s' != s0 of [0, 1]^2, in particular on the walls x = 0 < rho < y and y = 0 < rho < x
+    (the backward arc is one point there: the atom at that point) and within round-off of them and of the circle. Away
+    from the boundary the kernel is the arc or the atom s0 as before; every parent lies in S; uniform backward walks from
+    every boundary state reach s0."""
+    g = qd.make_graph(cfg(rho))
+    s = _boundary_states(rho, dtype)
+    kb = g.kappa_b(s)
+    assert not kb.is_zero().any(), s[kb.is_zero()].tolist()
+    a = kb.atoms
+    parents = a.x[:, 0][a.mask[:, 0]]
+    assert ((parents >= 0) & (parents <= 1)).all()
+    # on the walls beyond the disc the backward arc is the single point s' - rho e_y (x = 0) or s' - rho e_x (y = 0)
+    y = torch.linspace(rho, 1.0, 30, dtype=torch.float64)[1:].to(dtype)
+    for wall, step in ((torch.stack([torch.zeros_like(y), y], -1), (0.0, rho)), (torch.stack([y, torch.zeros_like(y)], -1), (rho, 0.0))):
+        m = g.kappa_b(wall)
+        assert m.atoms.mask.all() and not m.pieces[0].mask.any()
+        assert torch.allclose(m.atoms.x[:, 0], wall - torch.tensor(step, dtype=dtype), atol=1e-15 if dtype == torch.float64 else 1e-7)
+    # off the boundary nothing changes: the atom is s0 exactly on the disc, the arc exactly outside it
+    inner = states(4000, seed=5).to(dtype)
+    m = g.kappa_b(inner)
+    disc = torch.linalg.vector_norm(inner, dim=1) <= rho
+    assert torch.equal(m.atoms.mask[:, 0], disc) and torch.equal(m.pieces[0].mask, ~disc) and (m.atoms.x == 0).all()
+    torch.manual_seed(0)
+    traj = sample_backward(g, UniformPolicy(g.kappa_b), s)  # raises unless every walk reaches s0
+    assert (traj.states >= -1e-15).all()
+
+
+@pytest.mark.parametrize("rho", RHOS)
+@pytest.mark.parametrize("end", ["wall x = 0", "far end"])
+def test_saturated_backward_policy_walks_from_the_boundary_reach_s0(rho, end):
+    """A learned P_B whose arc Beta sits at its floor/ceiling (alpha = 0.1, beta = 5.1, or mirrored): ~31% of draws land
+    on the clamp edge u = 1e-6 (or 1 - 1e-6). Towards the wall x = 0 each such step multiplies x by ~1e-6, so two or three
+    in a row put the parent within float64 round-off of the wall (x ~ +-1e-17, y > rho), where the computed arc has
+    B <= A: before the fix kappa_b was the zero measure there and the walk raised (the issue's figure-2 crash). Seeded
+    (torch.manual_seed(0)); what is asserted holds for every draw (every walk reaches s0, states in S up to 1e-15)."""
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg(rho))
+    _, pb = qd.make_policies(g, cfg(rho), "learned", hidden=16, n_layers=1)
+    C = pb.heads[0].n_components
+    lo, hi = (-30.0, 30.0) if end == "wall x = 0" else (30.0, -30.0)
+    with torch.no_grad():
+        pb.out.weight.zero_()
+        pb.out.bias.zero_()  # [atom, arc] logits, C mixture logits, then C alphas and C betas (BetaMixtureHead)
+        pb.out.bias[2 + C : 2 + 2 * C] = lo
+        pb.out.bias[2 + 2 * C :] = hi
+    side = torch.linspace(0.0, 1.0, 25, dtype=torch.float64)[1:]
+    inner = torch.cartesian_prod(side, side)  # off the walls x = 0 and y = 0: only the walks take them there
+    with torch.no_grad():
+        for x in (inner,) * 10 + (_boundary_states(rho, torch.float64),):
+            traj = sample_backward(g, pb, x)  # raises unless every walk reaches s0
+            assert (traj.states >= -1e-15).all() and (traj.states <= 1 + 1e-15).all()

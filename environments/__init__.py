@@ -14,20 +14,27 @@ __all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
 
 @dataclass(frozen=True)
 class EnvironmentSpec:
-    """A registered space: its settings, a graph factory and default (untrained) policies ``(P_F, P_B)``."""
+    """A registered space: its settings, a graph factory and default (untrained) policies ``(P_F, P_B)``.
+
+    ``check_bytes``: the peak memory of ``gflownet-measure check`` per squared Monte Carlo node (its pair integrals hold
+    ``n`` kernel nodes for each of ``n`` nodes of every piece of nu), measured at the default settings as the slope of the
+    peak resident memory between ``--samples`` 256 and 1024 (``/usr/bin/time -f %M``, 2-core machine); the command line
+    refuses a ``--samples`` whose estimate exceeds the available memory.
+    """
 
     name: str
     description: str
     settings: dict[str, Setting]
     make_graph: Callable[[dict], PointedGraph]
     make_policies: Callable[[PointedGraph, dict], tuple]
+    check_bytes: float = 0.0
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {
-    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.SETTINGS, hypergrid.make_graph, hypergrid.make_policies),
-    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.SETTINGS, quarter_disc.make_graph, quarter_disc.make_policies),
-    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.SETTINGS, dag_params.make_graph, dag_params.make_policies),
-    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SETTINGS, sde.make_graph, sde.make_policies),
+    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.SETTINGS, hypergrid.make_graph, hypergrid.make_policies),  # discrete: --samples is unused
+    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.SETTINGS, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.6e3),
+    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.SETTINGS, dag_params.make_graph, dag_params.make_policies, check_bytes=2.2e4),  # d = 3; grows with the number of DAGs
+    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SETTINGS, sde.make_graph, sde.make_policies, check_bytes=1.4e4),  # T = 100 time levels
 }
 
 

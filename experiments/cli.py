@@ -1,7 +1,9 @@
-"""The `gflownet-measure` command line: list, run, check (DESIGN.md section 5).
+"""The `gflownet-measure` command line: list, run, check.
 
-User errors (unknown names, presets, keys, values out of range) print one line and exit with code 2;
-a diverged training prints one line and exits with code 1, keeping the last good checkpoint.
+User errors (unknown names, presets, keys, values out of range, unreadable inputs, a run folder that holds another
+run, a checkpoint of another run) print one line and exit with code 2, before anything in the run folder is touched;
+a diverged training prints one line and exits with code 1, keeping the last good checkpoint; Ctrl-C prints where the
+last checkpoint is and exits with code 130. See the README's "Reliability" section for what a run folder guarantees.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -16,12 +19,16 @@ import torch
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import check_graph
 from gflownet_measure.config import ConfigError, parse_assignments, resolve
-from gflownet_measure.training import TrainingDiverged, seed_everything, use_device
+from gflownet_measure.training import CheckpointError, TrainingDiverged, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
-from .common import WallClock
+from .common import WallClock, has_checkpoint, write_json
+from .memory import require_memory
+from .run_folder import RunFolder
 
 PROG = "gflownet-measure"
+MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
+DEFAULTS = {"preset": "quick", "seed": 0, "device": "cpu"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,12 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="experiments and environments, with presets")
     r = sub.add_parser("run", help="run an experiment, writing a run folder")
     r.add_argument("name")
-    r.add_argument("--preset", default="quick")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--out", type=Path, default=None, help="run folder (default runs/NAME-<timestamp>)")
-    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    r.add_argument("--preset", default=None, help=f"settings preset (default {DEFAULTS['preset']})")
+    r.add_argument("--seed", type=int, default=None, help=f"seed of every generator, 0 to {MAX_SEED} (default 0)")
+    r.add_argument("--out", default=None, help="run folder (default runs/NAME-<timestamp>); must be new or empty, unless --resume or --overwrite")
+    r.add_argument("--device", default=None, choices=("cpu", "cuda"))
     r.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+")
-    r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with its saved settings")
+    r.add_argument("--overwrite", action="store_true", help="replace the run that --out holds (its files are deleted)")
     r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     c = sub.add_parser("check", help="check the theory's conditions on an environment")
     c.add_argument("env")
@@ -50,6 +58,11 @@ def _flatten(groups: list[list[str]]) -> list[str]:
     return [item for group in groups for item in group]
 
 
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"--seed={seed} is out of range; valid: 0 to {MAX_SEED}")
+
+
 def cmd_list() -> int:
     print("experiments:")
     for e in EXPERIMENTS.values():
@@ -60,43 +73,68 @@ def cmd_list() -> int:
     return 0
 
 
+def _saved_run(out: Path, name: str) -> dict:
+    """The ``config.json`` of the run folder ``out`` that ``--resume`` continues, checked to be ``name``'s."""
+    path = out / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"--resume: {out} holds no run (no config.json); give the folder of a run started with `run {name} --out FOLDER`")
+    try:
+        saved = json.loads(path.read_text())
+    except (ValueError, OSError) as e:
+        raise ConfigError(f"--resume: {path} cannot be read ({type(e).__name__}: {e}); restore it, or start afresh with --overwrite") from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict) or "seed" not in saved:
+        raise ConfigError(f"--resume: {path} is not a run's config (it lacks seed or settings); restore it, or start afresh with --overwrite")
+    if "experiment" not in saved:
+        raise ConfigError(f"--resume: {out} is one run of a multi-run experiment; resume the folder above it with that experiment's name")
+    if saved["experiment"] != name:
+        raise ConfigError(f"--resume: {out} holds a run of {saved['experiment']}, not {name}; valid here: run {saved['experiment']} --resume")
+    return saved
+
+
 def cmd_run(args) -> int:
     exp = get_experiment(args.name)
+    if args.out == "":
+        raise ConfigError("--out '' names no folder; give a run folder, e.g. --out runs/my-run")
+    out = None if args.out is None else Path(args.out)
     if args.resume:
-        if args.out is None or not (args.out / "config.json").exists():
-            raise ConfigError("--resume needs --out pointing at an existing run folder (with config.json)")
-        if args.assignments:
-            raise ConfigError("--resume continues a run with its saved config.json; drop --set")
-        saved = json.loads((args.out / "config.json").read_text())
-        if "experiment" not in saved:
-            raise ConfigError(f"--resume: {args.out} is one run of a multi-run experiment; resume the folder above it with that experiment's name")
-        if saved["experiment"] != exp.name:
-            raise ConfigError(f"--resume: {args.out} holds a run of {saved['experiment']}, not {exp.name}; valid here: run {saved['experiment']} --resume")
-        cfg, seed, device, out = saved["settings"], saved["seed"], saved["device"], args.out
-        cfg = resolve(exp.settings, cfg)
+        given = [flag for flag, value in (("--preset", args.preset), ("--seed", args.seed), ("--device", args.device), ("--set", args.assignments or None)) if value is not None]
+        if args.overwrite:
+            given.append("--overwrite")
+        if given:
+            raise ConfigError(f"--resume continues a run with the settings saved in its config.json; drop {', '.join(given)} (or start a new run without --resume)")
+        if out is None:
+            raise ConfigError("--resume needs --out, the folder of the run to continue")
+        saved = _saved_run(out, exp.name)
+        cfg, seed, device, preset = resolve(exp.settings, saved["settings"]), saved["seed"], saved.get("device", "cpu"), saved.get("preset")
     else:
-        if args.preset not in exp.presets:
-            raise ConfigError(f"unknown preset {args.preset!r} for {exp.name}; valid: {', '.join(exp.presets)}")
-        cfg = resolve(exp.settings, exp.presets[args.preset], parse_assignments(_flatten(args.assignments)))
-        seed, device = args.seed, args.device
-        out = args.out or Path("runs") / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        preset, seed, device = (getattr(args, k) if getattr(args, k) is not None else v for k, v in DEFAULTS.items())
+        if preset not in exp.presets:
+            raise ConfigError(f"unknown preset {preset!r} for {exp.name}; valid: {', '.join(exp.presets)}")
+        cfg = resolve(exp.settings, exp.presets[preset], parse_assignments(_flatten(args.assignments)))
+        out = out or Path("runs") / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    _check_seed(seed)
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available; valid here: cpu")
     if args.threads is not None:
         if args.threads < 1:
             raise ConfigError(f"--threads={args.threads} is out of range; valid: >= 1")
         torch.set_num_threads(args.threads)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").unlink(missing_ok=True)  # a folder without metrics.json is an unfinished run
-    if not args.resume:
-        record = {"experiment": exp.name, "preset": args.preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "settings": cfg}
-        (out / "config.json").write_text(json.dumps(record, indent=2) + "\n")
-    seed_everything(seed)
-    use_device(device)
-    with WallClock(out, args.resume) as clock:
-        metrics = exp.run(cfg, out, args.resume)
-    metrics.setdefault("seconds", clock.seconds())  # single runs report their training time; tables the wall clock of every session
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    exp.validate(cfg)  # every setting and input, before the folder is touched
+    with RunFolder(out, exp.name, resume=args.resume, overwrite=args.overwrite):
+        if not args.resume:
+            write_json(out / "config.json", {"experiment": exp.name, "preset": preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "settings": cfg})
+        resume = args.resume and (exp.multi_run or has_checkpoint(out))
+        if args.resume and not resume:
+            print(f"{PROG}: {out} has no checkpoint yet (the run stopped before its first): training it from the start", file=sys.stderr)
+        seed_everything(seed)
+        use_device(device)
+        try:
+            with WallClock(out, resume) as clock:
+                metrics = exp.run(cfg, out, resume)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted; the last checkpoint is kept in {out}: continue with `{PROG} run {exp.name} --out {out} --resume`") from None
+        metrics.setdefault("seconds", clock.seconds())  # single runs report their training time; tables the wall clock of every session
+        write_json(out / "metrics.json", metrics)  # last, and atomic: a folder with metrics.json is a finished run
     print(json.dumps(metrics, indent=2))
     print(f"run folder: {out}")
     return 0
@@ -107,6 +145,8 @@ def cmd_check(args) -> int:
     cfg = resolve(spec.settings, parse_assignments(_flatten(args.assignments)))
     if args.samples < 2:
         raise ConfigError(f"--samples={args.samples} is out of range; valid: >= 2")
+    _check_seed(args.seed)
+    require_memory(spec.check_bytes * args.samples**2, f"--samples={args.samples}")
     seed_everything(args.seed)
     graph = spec.make_graph(cfg)
     pf, pb = spec.make_policies(graph, cfg)
@@ -115,20 +155,36 @@ def cmd_check(args) -> int:
     return 0 if report.passed else 1
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"{PROG}: warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    warnings.formatwarning = _one_line_warning
     try:
         if args.command == "list":
             return cmd_list()
         if args.command == "run":
             return cmd_run(args)
         return cmd_check(args)
-    except ConfigError as e:
+    except (ConfigError, CheckpointError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
         print(f"{PROG}: training stopped: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:
+        print(f"\n{PROG}: {e or 'interrupted'}", file=sys.stderr)  # a new line: a progress bar may hold the current one
+        return 130
+    except (MemoryError, RuntimeError) as e:
+        if not isinstance(e, MemoryError) and "allocate" not in str(e):
+            raise
+        print(f"{PROG}: error: out of memory ({str(e).splitlines()[0][:120] or 'MemoryError'}); lower the batch size or the number of samples (batch_size, eval_samples, theta_samples, --samples)", file=sys.stderr)
+        return 2
+    except OSError as e:  # a disk that filled up, a folder that became read-only: name the file, no traceback
+        print(f"{PROG}: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

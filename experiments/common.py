@@ -1,11 +1,14 @@
 """Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import threading
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -20,7 +23,7 @@ from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
-__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
+__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -35,6 +38,29 @@ TRAINING_SETTINGS = {
 }
 
 JOBS_SETTING = Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1)", low=1)
+
+
+def run_id(cfg: dict) -> dict:
+    """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the seed
+    (``torch.initial_seed()``, set from ``--seed`` before the run), the resolved settings, and the SHA-256 of every file a
+    setting names (``data=``: a resume refuses a checkpoint trained on other data, even under the same path)."""
+    files = {k: _sha256(v) for k, v in cfg.items() if isinstance(v, str) and v and os.path.isabs(v) and os.path.isfile(v)}
+    return {"seed": torch.initial_seed(), "settings": cfg, "data": files or None}
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, written to a temporary file and renamed into place: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    os.replace(tmp, path)
 
 
 class SubRun(NamedTuple):
@@ -67,15 +93,20 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
             raise ConfigError(f"--resume: {job.out} holds a run with another seed or other settings than this experiment's; move it away to train it afresh")
     if not (resume and done.exists()):
         seed_everything(job.seed)
-        (job.out / "config.json").write_text(json.dumps({"seed": job.seed, "settings": job.cfg}, indent=2) + "\n")
+        write_json(job.out / "config.json", {"seed": job.seed, "settings": job.cfg})
         try:
-            metrics = run_fn(job.cfg, job.out, resume and (job.out / "checkpoint.pt").exists(), **job.kwargs)
+            metrics = run_fn(job.cfg, job.out, resume and has_checkpoint(job.out), **job.kwargs)
         except TrainingDiverged as e:
             if not diverged_ok:
                 raise
             metrics = {"diverged": str(e)}
-        done.write_text(json.dumps(metrics, indent=2) + "\n")
+        write_json(done, metrics)
     return json.loads(done.read_text())
+
+
+def has_checkpoint(out: Path) -> bool:
+    """Whether ``out`` holds a checkpoint to resume (the last, or the one before it): a run killed before its first starts afresh."""
+    return (out / "checkpoint.pt").exists() or (out / "checkpoint.prev.pt").exists()
 
 
 def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False) -> list[dict]:
@@ -89,26 +120,37 @@ def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 
     """
     if workers <= 1 or len(jobs) <= 1:
         return [_one(run_fn, job, resume, diverged_ok) for job in jobs]
-    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent, initargs=(os.getpid(),))
+    context = multiprocessing.get_context("spawn")
+    lifeline, keep = context.Pipe(duplex=False)  # workers hold the read end; this process the write end, closed on exit or Ctrl-C
+    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context, initializer=_exit_with_parent, initargs=(lifeline,))
     worker = (torch.get_num_threads(), torch.get_default_device())
     futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
     try:
         return [f.result() for f in futures]
+    except KeyboardInterrupt:  # Ctrl-C: the workers stop now; each run keeps its last checkpoint for --resume
+        keep.close()
+        raise
     finally:  # after an error: jobs already in the workers' queue still run (their folders stay resumable), the rest never start
         pool.shutdown(wait=True, cancel_futures=True)
+        keep.close()
 
 
-def _exit_with_parent(parent: int, poll: float = 1.0) -> None:
-    """Worker initialiser: end this process within ``poll`` seconds of its parent's death.
+def _exit_with_parent(lifeline) -> None:
+    """Worker initialiser: end this process as soon as the parent closes its end of ``lifeline`` (on Ctrl-C), or dies.
 
     A parent killed by a signal (``kill``, a scheduler's time limit) runs no clean-up, and a pool worker only reads its
-    queue between jobs: without this it would train its current run to the end as an orphan. Killed mid-run, the run's
-    folder keeps its last checkpoint (saved atomically), so ``--resume`` continues it.
+    queue between jobs: without this it would train its current run to the end as an orphan. The kernel closes a dead
+    process's descriptors, so the worker sees the end of the pipe either way. Killed mid-run, the run's folder keeps its
+    last checkpoint (saved atomically), so ``--resume`` continues it. Ctrl-C reaches every process of the terminal's
+    group: workers ignore it and leave the message to the parent, so one line is printed, not a traceback per worker.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll)
+        try:
+            lifeline.recv()  # nothing is ever sent: this returns, or raises EOFError, when the write end is closed
+        except (EOFError, OSError):
+            pass
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
@@ -125,8 +167,17 @@ class WallClock:
 
     def __init__(self, out: Path, resume: bool, every: float = 30.0):
         self._path, self._every = out / self.FILE, every
-        self._before = float(json.loads(self._path.read_text())["seconds"]) if resume and self._path.exists() else 0.0
+        self._before = self._read() if resume and self._path.exists() else 0.0
         self._stop = threading.Event()
+
+    def _read(self) -> float:
+        """The seconds saved by earlier invocations; an unreadable file (a disk that filled up) counts as 0, with a warning."""
+        try:
+            seconds = float(json.loads(self._path.read_text())["seconds"])
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            warnings.warn(f"{self._path} cannot be read ({type(e).__name__}); the wall clock restarts from 0 for this folder", stacklevel=3)
+            return 0.0
+        return seconds
 
     def seconds(self) -> float:
         return self._before + time.perf_counter() - self._t0
@@ -153,11 +204,14 @@ class WallClock:
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):
-    """``MultiStepLR`` at every multiple of ``lr_milestone`` (all groups, log Z included), or ``None``."""
+    """Every learning rate (all groups, log Z included) times ``lr_gamma`` at each multiple of ``lr_milestone``, or ``None``.
+
+    ``StepLR`` rather than a list of milestones: the same rates, without a list as long as ``steps / lr_milestone``
+    (``steps=1e12 lr_milestone=1`` would not fit in memory).
+    """
     if cfg["lr_milestone"] == 0:
         return None
-    milestones = list(range(cfg["lr_milestone"], cfg["steps"], cfg["lr_milestone"]))
-    return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=cfg["lr_gamma"])
+    return torch.optim.lr_scheduler.StepLR(optimizer, cfg["lr_milestone"], gamma=cfg["lr_gamma"])
 
 
 def train_gflownet(gfn: GFlowNet, graph: PointedGraph, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], lam: float = 0.9) -> list[dict]:
@@ -169,7 +223,7 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, cfg: dict, out: Path, res
     def step_fn(step: int):
         return objective(gfn, graph, sample_forward(graph, gfn.pf, cfg["batch_size"], cfg["epsilon"]), lam)
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
+    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
     return trainer.run(resume)
 
 

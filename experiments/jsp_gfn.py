@@ -29,12 +29,13 @@ from environments.dag_params.metrics import expected_shd, feature_metrics
 from environments.dag_params.objective import ParallelEnvs, transition_loss
 from environments.dag_params.space import join, split
 from gflownet_measure.buffers import TransitionBuffer
-from gflownet_measure.config import Setting
+from gflownet_measure.config import ConfigError, Setting
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import Trainer, make_optimizer
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
-from .plots import plot_history, plot_per_dataset, plot_scatter_panels
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
+from .memory import require_memory
+from .plots import copy_figure, optional_figure, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
 
 BASELINES = {"gibbs": gibbs_mc3, "mh": mh_mc3}
@@ -152,7 +153,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
 
-    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
+    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
     history = trainer.run(resume)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
@@ -179,7 +180,19 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
 
-register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and linear-Gaussian weights, scored against the exact posterior (d <= 5)", SETTINGS, PRESETS, run))
+def validate(cfg: dict, d: int | None = None) -> None:
+    """The data (a user's CSV is read and checked), the replay batch against the buffer, and the memory of one update:
+    about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
+    64 to 256: 29.5 bytes per pair)."""
+    d = d or (env.make_problem(cfg).model.d if cfg["data"] else cfg["d"])
+    if cfg["batch_size"] > cfg["replay_capacity"]:
+        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
+    if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
+        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}")
+    require_memory(3.3 * d * d * cfg["batch_size"] * cfg["theta_samples"] ** 2, f"theta_samples={cfg['theta_samples']} with batch_size={cfg['batch_size']}")
+
+
+register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and linear-Gaussian weights, scored against the exact posterior (d <= 5)", SETTINGS, PRESETS, run, validate))
 
 # --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
 
@@ -248,10 +261,11 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     first = out / f"d{next(iter(rows))}" / "data0"
     with np.load(first / "samples.npz") as z:
         np.savez(out / "samples.npz", graphs=z["graphs"], thetas=z["thetas"])
-    (out / "posterior.png").write_bytes((first / "posterior.png").read_bytes())
+    copy_figure(first / "posterior.png", out / "posterior.png")
     return metrics | {"datasets": cfg["datasets"]}
 
 
+@optional_figure
 def _plot_table(d: int, ms: list[dict], extra: list[str], baseline: str, path: Path) -> None:
     """``table_d<d>.png``: per dataset, the three RMSEs (the sampler, its last iterate, the MCMC baseline) beside the papers' means, and Params beside the exact sampler's."""
     panels = []
@@ -267,4 +281,4 @@ def _plot_table(d: int, ms: list[dict], extra: list[str], baseline: str, path: P
     plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} ER1 datasets (lines: means)")
 
 
-register(Experiment("jsp-table", "Table 3 / C.2 and D.1: JSP-GFN against the exact posterior for d = 3, 4, 5 over datasets, beside the papers", TABLE_SETTINGS, TABLE_PRESETS, run_table))
+register(Experiment("jsp-table", "Table 3 / C.2 and D.1: JSP-GFN against the exact posterior for d = 3, 4, 5 over datasets, beside the papers", TABLE_SETTINGS, TABLE_PRESETS, run_table, lambda cfg: validate(cfg | {"data": ""}, max(int(v) for v in cfg["dims"].split(","))), multi_run=True))

@@ -1,7 +1,16 @@
-"""Figures shared by experiments (matplotlib, Agg backend, PNG files)."""
+"""Figures shared by experiments (matplotlib, Agg backend, PNG files).
+
+A figure is never worth a run's results: every drawing function here, and an experiment's own figure built on them,
+is wrapped by :func:`optional_figure`, so that a figure that fails is a :class:`FigureWarning` naming the file and
+the cause while the run goes on to write its samples and metrics.
+"""
 from __future__ import annotations
 
+import functools
+import shutil
+import warnings
 from pathlib import Path
+from typing import Callable
 
 import matplotlib
 
@@ -9,7 +18,33 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset"]
+__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset"]
+
+
+class FigureWarning(UserWarning):
+    """A figure was not drawn; the run's results are unaffected."""
+
+
+def optional_figure(draw: Callable[..., None]) -> Callable[..., None]:
+    """``draw(..., path, ...)`` that warns instead of raising: the warning names the figure's file (its first ``Path``
+    argument) and the error. Only ``Exception``: Ctrl-C and exits still stop the run."""
+
+    @functools.wraps(draw)
+    def guarded(*args, **kwargs) -> None:
+        try:
+            draw(*args, **kwargs)
+        except Exception as e:
+            path = next((a for a in (*args, *kwargs.values()) if isinstance(a, Path)), draw.__name__)
+            plt.close("all")
+            warnings.warn(f"figure {path} not drawn: {type(e).__name__}: {e}", FigureWarning, stacklevel=2)
+
+    return guarded
+
+
+def copy_figure(src: Path, dst: Path) -> None:
+    """Copy a sub-run's figure to a table's folder, if it was drawn (a warning said so when it was not)."""
+    if src.exists():
+        shutil.copyfile(src, dst)
 
 
 def _finish(fig, path: Path, title: str) -> None:
@@ -20,6 +55,7 @@ def _finish(fig, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+@optional_figure
 def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
     """``key`` against trajectories seen, one point per evaluation."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -37,6 +73,7 @@ def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: b
     plt.close(fig)
 
 
+@optional_figure
 def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: str) -> None:
     """Two 2-D distributions side by side on a shared colour scale (target left, learned right)."""
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.8))
@@ -52,6 +89,7 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
     plt.close(fig)
 
 
+@optional_figure
 def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None, floor: tuple[str, float] | None = None) -> None:
     """Mean curves with a min-max band across seeds: ``curves[label] = (x [T], values [S, T])``.
 
@@ -77,6 +115,7 @@ def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, pa
     _finish(fig, path, title)
 
 
+@optional_figure
 def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, float, float]]], path: Path, title: str, share: tuple[int, ...] = ()) -> None:
     """Side-by-side images ``(title, values [nx, ny], extent (x0, x1, y0, y1))``; NaN is blank.
 
@@ -93,6 +132,7 @@ def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, 
     _finish(fig, path, title)
 
 
+@optional_figure
 def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, float], samples: dict[str, np.ndarray], path: Path, title: str, max_points: int = 2000) -> None:
     """One panel per sample set ``[K, 2]``: the points over the target's density image ``[nx, ny]`` on ``extent``."""
     fig, axes = plt.subplots(1, len(samples), figsize=(4.2 * len(samples), 4), squeeze=False)
@@ -105,6 +145,7 @@ def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, f
     _finish(fig, path, title)
 
 
+@optional_figure
 def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str, bool]], path: Path, title: str) -> None:
     """Side-by-side scatter plots ``(title, x, y, x label, y label, unit square)``, each with the line y = x."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4), squeeze=False)
@@ -120,6 +161,7 @@ def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str
     _finish(fig, path, title)
 
 
+@optional_figure
 def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tuple[float, float]]]], path: Path, title: str) -> None:
     """Side-by-side panels of one value per dataset ``(title, {series: values [n]}, {reference: (mean, spread)})``.
 

@@ -35,8 +35,9 @@ from gflownet_measure.rollout import Scores, log_densities, rollout, sample_back
 from gflownet_measure.smc import annealed_smc
 from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_many
-from .plots import plot_history, plot_sample_panels
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
+from .memory import require_memory
+from .plots import copy_figure, optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
 
 SETTINGS = {
@@ -57,8 +58,11 @@ PAPER_K = {"gmm9": 2000, "funnel": 6000}
 
 
 def _validate(cfg: dict) -> None:
+    """Settings that do not go together, and the memory of one update: about 3.6 KB per trajectory and time step at
+    width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
     if cfg["regime"] == "target" and cfg["objective"] == "reverse_kl":
         raise ConfigError("regime=target (exact samples walked back with P_B) does not apply to objective=reverse_kl; valid: on, off")
+    require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
 def build(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
@@ -132,6 +136,7 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
     return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw, "samples": torch.cat(xs)}
 
 
+@optional_figure
 def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
     """Figure C.1: samples over the target's density (the mixture), or the (x0, x1) marginal (the funnel)."""
     target = TARGETS[target_name]
@@ -155,7 +160,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         b = evaluate_bounds(gfn, graph, min(K, 1000))
         return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"], "log_Z": float(gfn.log_Z.detach())}
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), make_step(gfn, graph, cfg), evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"])
+    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), make_step(gfn, graph, cfg), evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
     history = trainer.run(resume)
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").numpy()
@@ -180,7 +185,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics
 
 
-register(Experiment("sde", "SDE sampler on R^n (9-Gaussian mixture, 10-D funnel): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run))
+register(Experiment("sde", "SDE sampler on R^n (9-Gaussian mixture, 10-D funnel): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
 
 # --- Table 2 / C.1: every row over seeds, beside the paper --------------------------------------------------
 
@@ -245,6 +250,12 @@ def _rows(spec: str) -> list[tuple]:
     return [ROWS[i] for i in idx]
 
 
+def _validate_table(cfg: dict) -> None:
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", "jobs")}
+    for _, objective, regime, langevin in _rows(cfg["rows"]):
+        _validate(common | {"objective": objective, "regime": regime, "langevin": langevin, "target": cfg["targets"].split(",")[0]})
+
+
 def _fmt(v) -> str:
     return "" if v is None else f"{v[0]:+.3f} ± {v[1]:.3f}"
 
@@ -305,8 +316,8 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         raise TrainingDiverged(f"every run of the table diverged (see {out / 'table.txt'}); no samples to keep")
     with np.load(first / "samples.npz") as z:
         np.savez(out / "samples.npz", x=z["x"])
-    (out / "samples.png").write_bytes((first / "samples.png").read_bytes())
+    copy_figure(first / "samples.png", out / "samples.png")
     return metrics | {"seeds": cfg["seeds"]}
 
 
-register(Experiment("sde-table", "Table 2 / C.1: bias of B and B_RW for every objective and regime, plus SMC and HMC, beside the paper", TABLE_SETTINGS, TABLE_PRESETS, run_table))
+register(Experiment("sde-table", "Table 2 / C.1: bias of B and B_RW for every objective and regime, plus SMC and HMC, beside the paper", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))

@@ -139,26 +139,29 @@ def _evaluate(graph: PointedGraph, fs: _TestFunctions, s: Tensor, x: Tensor, sin
     return v.permute(2, 0, 1)
 
 
-PAIR_BUDGET = 2**24  # inner nodes x state coordinates per chunk of outer states (128 MiB in float64)
+PAIR_BUDGET = 2**24  # inner nodes x max(state coordinates, test functions) per chunk of outer states (128 MiB in float64)
 
 
 def _pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: _TestFunctions, swap: bool, n: int, method: str) -> tuple[Tensor, Tensor, Tensor]:
     """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`) for every test function:
     estimates, variances and scales ``[K]`` each.
 
-    The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values (a chunk that
-    comes out larger is halved and redone: states differ in their number of pieces), so that a :math:`\\nu` with
-    many pieces (the DAG x Theta space) stays within memory; every test function reuses a chunk's nodes.
+    The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values, counted as
+    nodes times the larger of the state's coordinates and the ``K`` test functions (each function's values over the
+    chunk's pairs are as large as its nodes); a chunk that comes out larger is halved and redone (states differ in their
+    number of pieces), so that a :math:`\\nu` with many pieces (the DAG x Theta space) stays within memory; every test
+    function reuses a chunk's nodes.
     """
     keep = outer.mask[0] & ~outer.sink[0]
     s = outer.x[0][keep]
-    chunk = max(1, PAIR_BUDGET // (kernel(s[:1]).weighted_points(n, method).x.shape[1] * s.shape[1]))
     K = fs.a.shape[0]
+    width = max(s.shape[1], K)
+    chunk = max(1, PAIR_BUDGET // (kernel(s[:1]).weighted_points(n, method).x.shape[1] * width))
     est, var, mass = [[] for _ in range(K)], [[] for _ in range(K)], [[] for _ in range(K)]
     i = 0
     while i < len(s):
         inner = kernel(s[i : i + chunk]).weighted_points(n, method)
-        if chunk > 1 and inner.x.numel() > PAIR_BUDGET:
+        if chunk > 1 and inner.x.shape[0] * inner.x.shape[1] * width > PAIR_BUDGET:
             chunk //= 2
             continue
         outer_s = s[i : i + chunk, None].expand_as(inner.x)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -14,13 +15,18 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """A key's default, its type (from the default), and either ``choices`` or a closed range ``[low, high]``."""
+    """A key's default, its type (from the default), and either ``choices`` or a closed range ``[low, high]``.
+
+    ``path``: the value names a file; a non-empty one is made absolute when parsed, so that the resolved settings
+    (a run's ``config.json``) name the same file from any working directory.
+    """
 
     default: Any
     help: str = ""
     choices: Sequence[Any] | None = None
     low: float | None = None
     high: float | None = None
+    path: bool = False
 
     def parse(self, key: str, value: Any) -> Any:
         kind = type(self.default)
@@ -39,6 +45,8 @@ class Setting:
             raise ConfigError(f"{key}={value!r} is not allowed; valid: {', '.join(map(str, self.choices))}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
             raise ConfigError(f"{key}={value!r} is out of range; valid: [{self.low if self.low is not None else '-inf'}, {self.high if self.high is not None else 'inf'}]")
+        if self.path and value:
+            value = os.path.abspath(os.path.expanduser(value))
         return value
 
 
@@ -54,11 +62,14 @@ def resolve(schema: dict[str, Setting], *layers: dict[str, Any]) -> dict[str, An
 
 
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
-    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; each item must be ``key=value``."""
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; each item must be ``key=value``, each key given once."""
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
+        key = key.strip()
+        if key in out:
+            raise ConfigError(f"--set gives {key} twice ({key}={out[key]} and {key}={value.strip()}); give each key once")
+        out[key] = value.strip()
     return out

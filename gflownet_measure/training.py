@@ -6,6 +6,7 @@ import json
 import os
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -14,11 +15,15 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-__all__ = ["TrainingDiverged", "seed_everything", "use_device", "make_optimizer", "Trainer"]
+__all__ = ["TrainingDiverged", "CheckpointError", "seed_everything", "use_device", "make_optimizer", "Trainer"]
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or a gradient became NaN or infinite; the last good checkpoint is kept."""
+
+
+class CheckpointError(ValueError):
+    """No checkpoint can be resumed: none is readable, or the one there belongs to another run (one line, naming the file)."""
 
 
 def seed_everything(seed: int) -> None:
@@ -59,20 +64,30 @@ class Trainer:
         out_dir: holds ``checkpoint.pt`` and ``history.jsonl``.
         items_per_step: trajectories (or transitions) per update, for the ``trajectories`` column.
         grad_clip: max global gradient norm (``0``: off).
+        run_id: what identifies the run (its seed, settings, a digest of its data): saved in every checkpoint, and a
+            resume refuses a checkpoint saved with another one (:class:`CheckpointError`), so a folder cannot hand one
+            run's weights to another. ``None``: not recorded or checked.
+
+    Each checkpoint is written to a temporary file and renamed into place; the one before it is kept as
+    ``checkpoint.prev.pt``, so a resume falls back to it when the last one cannot be read (a truncated file, a disk
+    that filled up).
     """
 
-    def __init__(self, model: nn.Module, optimizer, scheduler, step_fn: Callable[[int], Tensor], evaluate: Callable[[], dict], out_dir: Path, steps: int, eval_every: int, items_per_step: int, grad_clip: float = 0.0):
+    def __init__(self, model: nn.Module, optimizer, scheduler, step_fn: Callable[[int], Tensor], evaluate: Callable[[], dict], out_dir: Path, steps: int, eval_every: int, items_per_step: int, grad_clip: float = 0.0, run_id: dict | None = None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.step_fn, self.evaluate = step_fn, evaluate
         self.out_dir, self.steps, self.eval_every = Path(out_dir), steps, eval_every
         self.items_per_step, self.grad_clip = items_per_step, grad_clip
+        self.run_id = None if run_id is None else json.loads(json.dumps(run_id))  # as it reads back from a checkpoint
         self.checkpoint = self.out_dir / "checkpoint.pt"
+        self.previous = self.out_dir / "checkpoint.prev.pt"
         self.history_path = self.out_dir / "history.jsonl"
 
     def _save(self, step: int, seconds: float) -> None:
         state = {
             "step": step,
             "seconds": seconds,
+            "run_id": self.run_id,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
@@ -80,12 +95,35 @@ class Trainer:
         }
         tmp = self.checkpoint.with_suffix(".tmp")
         torch.save(state, tmp)
+        if self.checkpoint.exists():
+            os.replace(self.checkpoint, self.previous)
         os.replace(tmp, self.checkpoint)
 
+    def _load(self) -> dict:
+        """The newest readable checkpoint (the last, else the one before it), checked against ``run_id``."""
+        errors = []
+        for path in (self.checkpoint, self.previous):
+            if not path.exists():
+                continue
+            try:
+                state = torch.load(path, weights_only=False)
+            except Exception as e:  # a truncated or corrupt file: torch raises RuntimeError, EOFError or an unpickling error
+                errors.append(f"{path.name}: {type(e).__name__}")
+                continue
+            if errors:
+                warnings.warn(f"{self.checkpoint} cannot be read ({errors[0]}); resuming from {path.name} (step {state['step']})", stacklevel=3)
+            saved = state.get("run_id")  # None in checkpoints written before run ids existed
+            if self.run_id is not None and saved is not None and saved != self.run_id:
+                differ = sorted(k for k in set(saved.get("settings", {})) | set(self.run_id.get("settings", {})) if saved.get("settings", {}).get(k) != self.run_id.get("settings", {}).get(k))
+                differ += [k for k in ("seed", "data") if saved.get(k) != self.run_id.get(k)]
+                raise CheckpointError(f"--resume: {path} belongs to another run (it differs in {', '.join(differ) or 'its identity'}); start this run afresh in another folder, or with --overwrite")
+            return state
+        if errors:
+            raise CheckpointError(f"--resume: no checkpoint in {self.out_dir} can be read ({'; '.join(errors)}); start the run afresh with --overwrite")
+        raise CheckpointError(f"--resume: no checkpoint in {self.out_dir}; start the run afresh with --overwrite")
+
     def _restore(self) -> tuple[int, float]:
-        if not self.checkpoint.exists():
-            raise FileNotFoundError(f"--resume: no checkpoint at {self.checkpoint}")
-        state = torch.load(self.checkpoint, weights_only=False)
+        state = self._load()
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler and state["scheduler"]:
@@ -93,9 +131,9 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
-        if self.history_path.exists():  # drop evaluations logged after the checkpoint
-            rows = [r for r in self.history_path.read_text().splitlines() if r.strip() and json.loads(r)["step"] <= state["step"]]
-            self.history_path.write_text("".join(r + "\n" for r in rows))
+        if self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
+            rows = [r for r in map(_parse_row, self.history_path.read_text().splitlines()) if r is not None and r["step"] <= state["step"]]
+            self.history_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return state["step"], state["seconds"]
 
     def _log(self, step: int, seconds: float, loss: float) -> dict:
@@ -135,3 +173,12 @@ class Trainer:
                 self._save(done, time.perf_counter() - t0)
         bar.close()
         return [json.loads(r) for r in self.history_path.read_text().splitlines() if r.strip()]
+
+
+def _parse_row(line: str) -> dict | None:
+    """One ``history.jsonl`` row, or ``None`` for a blank line or one that a killed process left unfinished."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) and "step" in row else None

@@ -17,6 +17,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.policies import UniformPolicy
 
 from .bayesnet import GRAPH_PRIORS, LinearGaussian, load_csv, simulate_er
+from .dags import MAX_ENUMERATE
 from .network import JSPNetwork
 from .policy import JSPPolicy
 from .space import make_space
@@ -27,7 +28,7 @@ MODELS = {"lingauss-diag": "diag", "lingauss-full": "full"}
 
 SETTINGS = {
     "d": Setting(3, "number of variables of simulated data (a CSV sets its own)", low=2, high=5),
-    "data": Setting("", "a CSV file (header = variable names, one column per variable); empty: simulated Erdos-Renyi data"),
+    "data": Setting("", "a CSV file (header = variable names, one column per variable); empty: simulated Erdos-Renyi data", path=True),
     "data_seed": Setting(0, "seed of the simulated graph, weights and data", low=0),
     "n_data": Setting(100, "simulated training rows N", low=2),
     "n_valid": Setting(100, "simulated held-out rows (scored by heldout_nll; 0: none)", low=0),
@@ -61,6 +62,8 @@ def make_problem(cfg: dict) -> Problem:
             data, _ = load_csv(cfg["data"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if data.shape[1] > MAX_ENUMERATE:
+            raise ConfigError(f"data={cfg['data']!r} has {data.shape[1]} columns (variables); the DAG space and its exact posterior are enumerated for at most {MAX_ENUMERATE}: keep at most {MAX_ENUMERATE} columns")
         valid = true_adj = None
     else:
         sim = simulate_er(cfg["d"], cfg["edges_per_node"], cfg["n_data"], cfg["n_valid"], seed=cfg["data_seed"], obs_std=cfg["obs_var"] ** 0.5)

@@ -280,34 +280,59 @@ def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_s
 
 
 def load_csv(path) -> tuple[Tensor, list[str]]:
-    """``(data [N, d] float64, names)`` from a CSV file with a header row of variable names and one column per variable."""
+    """``(data [N, d] float64, names)`` from a comma-separated UTF-8 file with a header row of variable names and one column per variable.
+
+    Every problem is a ``ValueError`` of one line naming the file and what to change: a missing file or a folder, an
+    unreadable or non-UTF-8 file, another separator, a first row of numbers (no header), ragged rows, cells that are not
+    finite numbers.
+    """
     path = Path(path)
+    where = repr(str(path))
+    if path.is_dir():
+        raise ValueError(f"load_csv: {where} is a folder; give the path of a CSV file")
     if not path.is_file():
-        raise ValueError(f"load_csv: no such file {str(path)!r}")
-    with path.open(newline="") as f:
-        lines = [row for row in csv.reader(f) if row]
+        raise ValueError(f"load_csv: no such file {where}")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            lines = [row for row in csv.reader(f) if row]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"load_csv: {where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"load_csv: cannot read {where}: {e.strerror}") from None
     if not lines:
-        raise ValueError(f"load_csv: {str(path)!r} is empty; expected a header row of variable names")
+        raise ValueError(f"load_csv: {where} is empty; expected a header row of variable names")
     names, rows = [n.strip() for n in lines[0]], lines[1:]
     if len(names) < 2:
-        raise ValueError(f"load_csv: need at least 2 columns (variables); got {len(names)} in {str(path)!r}")
+        other = next((sep for sep in (";", "\t", "|") if sep in lines[0][0]), None)
+        hint = f"; its header contains {other!r}: the file must be comma-separated" if other else ""
+        raise ValueError(f"load_csv: need at least 2 columns (variables); got {len(names)} in {where}{hint}")
+    if all(_is_number(n) for n in names):
+        raise ValueError(f"load_csv: the first row of {where} is numbers, not variable names; add a header row (one name per column)")
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"load_csv: duplicate column names {dup} in {str(path)!r}")
+        raise ValueError(f"load_csv: duplicate column names {dup} in {where}")
     if len(rows) < 2:
-        raise ValueError(f"load_csv: need at least 2 data rows; got {len(rows)} in {str(path)!r}")
+        raise ValueError(f"load_csv: need at least 2 data rows; got {len(rows)} in {where}")
     values = np.empty((len(rows), len(names)))
     for r, row in enumerate(rows, start=1):
         if len(row) != len(names):
-            raise ValueError(f"load_csv: data row {r} has {len(row)} cells, the header has {len(names)}")
+            raise ValueError(f"load_csv: data row {r} has {len(row)} cells, the header has {len(names)} (in {where})")
         for c, cell in enumerate(row):
             try:
                 value = float(cell) if cell.strip() else math.nan
             except ValueError:
-                raise ValueError(f"load_csv: non-numeric cell {cell!r} in column {names[c]!r}, data row {r}") from None
+                raise ValueError(f"load_csv: non-numeric cell {cell!r} in column {names[c]!r}, data row {r} of {where}") from None
             if math.isnan(value):
-                raise ValueError(f"load_csv: missing value (empty or NaN) in column {names[c]!r}, first at data row {r}")
+                raise ValueError(f"load_csv: missing value (empty or NaN) in column {names[c]!r}, first at data row {r} of {where}")
             if math.isinf(value):
-                raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r}")
+                raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r} of {where}")
             values[r - 1, c] = value
     return torch.from_numpy(values), names
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

@@ -9,14 +9,14 @@ from gflownet_measure.losses import square
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.policies import StateFlow
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
+from gflownet_measure.training import CheckpointError, Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 
 
 class Interrupt(Exception):
     pass
 
 
-def _trainer(out, steps=30, fail_at=None, nan_at=None):
+def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None):
     seed_everything(0)
     cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()} | {"height": 4}
     g = hypergrid.make_graph(cfg)
@@ -33,7 +33,7 @@ def _trainer(out, steps=30, fail_at=None, nan_at=None):
     def evaluate():
         return {"log_Z": float(gfn.log_Z.detach()), "probe": float(torch.rand(()))}  # probe: RNG state after evaluation
 
-    return gfn, Trainer(gfn, opt, torch.optim.lr_scheduler.StepLR(opt, 7, 0.5), step_fn, evaluate, out, steps, 10, 8, grad_clip=5.0)
+    return gfn, Trainer(gfn, opt, torch.optim.lr_scheduler.StepLR(opt, 7, 0.5), step_fn, evaluate, out, steps, 10, 8, grad_clip=5.0, run_id=run_id)
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -67,8 +67,47 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_resume_without_checkpoint_is_an_error(tmp_path):
     _, t = _trainer(tmp_path)
-    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
         t.run(resume=True)
+
+
+def _interrupted(out, fail_at=25, run_id=None):
+    out.mkdir()
+    _, t = _trainer(out, fail_at=fail_at, run_id=run_id)
+    with pytest.raises(Interrupt):
+        t.run()
+
+
+def test_a_truncated_last_checkpoint_falls_back_to_the_one_before(tmp_path):
+    torch.set_num_threads(1)
+    _interrupted(tmp_path / "b")  # checkpoints at steps 10 and 20
+    last = tmp_path / "b" / "checkpoint.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # a kill or a full disk in the middle of a write
+    with pytest.warns(UserWarning, match="cannot be read.*checkpoint.prev.pt \\(step 10\\)"):
+        _, t = _trainer(tmp_path / "b")
+        hist = t.run(resume=True)
+    assert [r["step"] for r in hist] == [10, 20, 30]  # step 20's row was dropped with its checkpoint, then logged again
+    (tmp_path / "b" / "checkpoint.prev.pt").write_bytes(b"")
+    last.write_bytes(b"\x80garbage")
+    with pytest.raises(CheckpointError, match="can be read"):
+        _trainer(tmp_path / "b")[1].run(resume=True)
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path):
+    run = {"seed": 0, "settings": {"lr": 0.01, "steps": 30}, "data": None}
+    _interrupted(tmp_path / "b", run_id=run)
+    with pytest.raises(CheckpointError, match="belongs to another run \\(it differs in lr, seed\\)"):
+        _trainer(tmp_path / "b", run_id=run | {"seed": 1, "settings": {"lr": 0.02, "steps": 30}})[1].run(resume=True)
+    _, t = _trainer(tmp_path / "b", run_id=run)  # its own run resumes
+    assert [r["step"] for r in t.run(resume=True)] == [10, 20, 30]
+
+
+def test_a_history_line_cut_short_is_dropped_on_resume(tmp_path):
+    _interrupted(tmp_path / "b")
+    with (tmp_path / "b" / "history.jsonl").open("a") as f:
+        f.write('{"step": 30, "lo')  # killed while writing a row
+    _, t = _trainer(tmp_path / "b")
+    assert [r["step"] for r in t.run(resume=True)] == [10, 20, 30]
 
 
 def test_optimizer_groups_have_their_own_learning_rates():

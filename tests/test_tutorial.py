@@ -51,3 +51,15 @@ def test_tutorial_runs():
     assert namespace["report"].passed
     assert not namespace["report_forgetful"].passed
     assert not namespace["report_mismatched"].passed
+
+
+def test_the_readme_example_runs_and_passes_its_checks(capsys):
+    """The README's "Your own space" block: the space a user copies first must be right (every check passes)."""
+    readme = TUTORIAL.parents[1] / "README.md"
+    rng = torch.get_rng_state()
+    torch.manual_seed(0)
+    try:
+        exec(compile(tutorial_source(readme), str(readme), "exec"), {"__name__": "readme"})
+    finally:
+        torch.set_rng_state(rng)
+    assert capsys.readouterr().out.rstrip().endswith("all conditions hold")

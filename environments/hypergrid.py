@@ -57,10 +57,16 @@ MAX_STATES = 2**18
 """Largest grid (``height ** ndim`` states) built: nu lists every state, and the exact metrics evaluate the policy on all of them."""
 
 
-def make_graph(cfg: dict) -> PointedGraph:
+def check_size(cfg: dict) -> None:
+    """The grid must hold at most :data:`MAX_STATES` states (its exact references enumerate them all)."""
     H, D = cfg["height"], cfg["ndim"]
     if H**D > MAX_STATES:
         raise ConfigError(f"height={H}, ndim={D} is a grid of {H**D:,} states; valid: at most {MAX_STATES:,} (e.g. height 64 at ndim 3, 16 at 4, 8 at 6)")
+
+
+def make_graph(cfg: dict) -> PointedGraph:
+    check_size(cfg)
+    H, D = cfg["height"], cfg["ndim"]
     grid = torch.tensor(list(itertools.product(range(H), repeat=D)), dtype=torch.float32)
     everything = counting(grid)
 

@@ -19,12 +19,12 @@ import torch
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import check_graph
 from gflownet_measure.config import ConfigError, parse_assignments, resolve
-from gflownet_measure.training import CheckpointError, TrainingDiverged, seed_everything, use_device
+from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
-from .common import WallClock, has_checkpoint, write_json
+from .common import WallClock, write_json
 from .memory import require_memory
-from .run_folder import RunFolder
+from .run_folder import RunFolder, load_run_config
 
 PROG = "gflownet-measure"
 MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
@@ -79,11 +79,9 @@ def _saved_run(out: Path, name: str) -> dict:
     if not path.is_file():
         raise ConfigError(f"--resume: {out} holds no run (no config.json); give the folder of a run started with `run {name} --out FOLDER`")
     try:
-        saved = json.loads(path.read_text())
-    except (ValueError, OSError) as e:
-        raise ConfigError(f"--resume: {path} cannot be read ({type(e).__name__}: {e}); restore it, or start afresh with --overwrite") from None
-    if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict) or "seed" not in saved:
-        raise ConfigError(f"--resume: {path} is not a run's config (it lacks seed or settings); restore it, or start afresh with --overwrite")
+        saved = load_run_config(path)
+    except ValueError as e:
+        raise ConfigError(f"--resume: {e}; restore it, or start afresh with --overwrite") from None
     if "experiment" not in saved:
         raise ConfigError(f"--resume: {out} is one run of a multi-run experiment; resume the folder above it with that experiment's name")
     if saved["experiment"] != name:

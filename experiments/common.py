@@ -20,8 +20,10 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, GFlowNet
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
+from gflownet_measure.training import Trainer, TrainingDiverged, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
+
+from .run_folder import load_run_config
 
 __all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
 
@@ -88,7 +90,10 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     done = job.out / "metrics.json"
     saved = job.out / "config.json"
     if resume and saved.exists():
-        record = json.loads(saved.read_text())
+        try:
+            record = load_run_config(saved)
+        except ValueError as e:
+            raise ConfigError(f"--resume: {e}; move {job.out} away to train it afresh") from None
         if record.get("seed") != job.seed or record.get("settings") != json.loads(json.dumps(job.cfg)):
             raise ConfigError(f"--resume: {job.out} holds a run with another seed or other settings than this experiment's; move it away to train it afresh")
     if not (resume and done.exists()):
@@ -102,11 +107,6 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
             metrics = {"diverged": str(e)}
         write_json(done, metrics)
     return json.loads(done.read_text())
-
-
-def has_checkpoint(out: Path) -> bool:
-    """Whether ``out`` holds a checkpoint to resume (the last, or the one before it): a run killed before its first starts afresh."""
-    return (out / "checkpoint.pt").exists() or (out / "checkpoint.prev.pt").exists()
 
 
 def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False) -> list[dict]:
@@ -183,9 +183,7 @@ class WallClock:
         return self._before + time.perf_counter() - self._t0
 
     def _write(self) -> None:
-        tmp = self._path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seconds": self.seconds()}) + "\n")
-        tmp.replace(self._path)
+        write_json(self._path, {"seconds": self.seconds()})
 
     def _tick(self) -> None:
         while not self._stop.wait(self._every):

@@ -80,7 +80,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 def validate(cfg: dict) -> None:
     """The grid's size, and the memory of one update: about 2.4 bytes per trajectory, step of the longest trajectory,
     unit and layer of the MLP (measured at 8 x 8, hidden 128, 2 layers: 9.9 KB per trajectory)."""
-    env.make_graph(cfg)
+    env.check_size(cfg)
     max_length = cfg["ndim"] * (cfg["height"] - 1) + 2
     require_memory(2.4 * cfg["batch_size"] * max_length * cfg["hidden"] * max(1, cfg["n_layers"]), f"batch_size={cfg['batch_size']}")
 

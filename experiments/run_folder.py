@@ -17,11 +17,12 @@ import shutil
 from pathlib import Path
 
 from gflownet_measure.config import ConfigError
+from gflownet_measure.training import CHECKPOINTS
 
-__all__ = ["RunFolder", "RUN_FILES"]
+__all__ = ["RunFolder", "RUN_FILES", "load_run_config"]
 
 # what a run writes in its folder and its sub-runs' folders (the run-folder contract, figures, tables, temporary files)
-RUN_FILES = ("config.json", "metrics.json", "history.jsonl", "samples.npz", "checkpoint.pt", "checkpoint.prev.pt", "wall_clock.json", "table.txt", "*.png", "*.tmp")
+RUN_FILES = ("config.json", "metrics.json", "history.jsonl", "samples.npz", *CHECKPOINTS, "wall_clock.json", "table.txt", "*.png", "*.tmp")
 
 
 class RunFolder:
@@ -53,10 +54,14 @@ class RunFolder:
         entries = list(self.out.iterdir())
         if self.resume or not entries:
             return
-        if not _is_run_config(self.out / "config.json"):
-            raise ConfigError(f"--out {self.out} is not empty and holds no run (no run's config.json); choose a new or empty folder")
+        try:
+            saved = load_run_config(self.out / "config.json")
+        except ValueError:
+            raise ConfigError(f"--out {self.out} is not empty and holds no run (no run's config.json); choose a new or empty folder") from None
         if not self.overwrite:
-            raise ConfigError(f"--out {self.out} holds {_describe(self.out)}; continue it with --resume, replace it with --overwrite, or choose another folder")
+            state = "a finished" if (self.out / "metrics.json").is_file() else "an unfinished"
+            of = f"of {saved['experiment']} " if "experiment" in saved else ""
+            raise ConfigError(f"--out {self.out} holds {state} run {of}(seed {saved['seed']}); continue it with --resume, replace it with --overwrite, or choose another folder")
         foreign = next((p for p in sorted(self.out.rglob("*")) if not p.is_dir() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in RUN_FILES)), None)
         if foreign is not None:
             raise ConfigError(f"--overwrite: {self.out} holds {foreign.relative_to(self.out)}, which no run writes; move it away first (nothing was deleted)")
@@ -75,20 +80,12 @@ class RunFolder:
         self._release()
 
 
-def _is_run_config(path: Path) -> bool:
+def load_run_config(path: Path) -> dict:
+    """A run's ``config.json``: a JSON object with a ``seed`` and ``settings``; a ``ValueError`` saying why not otherwise."""
     try:
         saved = json.loads(path.read_text())
-    except (ValueError, OSError):
-        return False
-    return isinstance(saved, dict) and "seed" in saved and isinstance(saved.get("settings"), dict)
-
-
-def _describe(out: Path) -> str:
-    """``a finished run of hypergrid (seed 0)``, from the folder's ``config.json`` (as far as it can be read)."""
-    try:
-        saved = json.loads((out / "config.json").read_text())
-        what = f"of {saved['experiment']} (seed {saved['seed']})" if "experiment" in saved else f"(seed {saved.get('seed')})"
-    except (ValueError, OSError, KeyError, TypeError):
-        what = "(its config.json cannot be read)"
-    state = "finished" if (out / "metrics.json").is_file() else "unfinished"
-    return f"a{'n' if state == 'unfinished' else ''} {state} run {what}"
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{path} cannot be read ({type(e).__name__}: {e})") from None
+    if not isinstance(saved, dict) or "seed" not in saved or not isinstance(saved.get("settings"), dict):
+        raise ValueError(f"{path} is not a run's config (it lacks seed or settings)")
+    return saved

@@ -15,7 +15,9 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
-__all__ = ["TrainingDiverged", "CheckpointError", "seed_everything", "use_device", "make_optimizer", "Trainer"]
+__all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "make_optimizer", "Trainer"]
+
+CHECKPOINTS = ("checkpoint.pt", "checkpoint.prev.pt")  # a run folder's last checkpoint and the one before it, newest first
 
 
 class TrainingDiverged(RuntimeError):
@@ -24,6 +26,11 @@ class TrainingDiverged(RuntimeError):
 
 class CheckpointError(ValueError):
     """No checkpoint can be resumed: none is readable, or the one there belongs to another run (one line, naming the file)."""
+
+
+def has_checkpoint(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds a checkpoint to resume (:data:`CHECKPOINTS`): a run killed before its first starts afresh."""
+    return any((Path(out_dir) / name).exists() for name in CHECKPOINTS)
 
 
 def seed_everything(seed: int) -> None:
@@ -79,8 +86,7 @@ class Trainer:
         self.out_dir, self.steps, self.eval_every = Path(out_dir), steps, eval_every
         self.items_per_step, self.grad_clip = items_per_step, grad_clip
         self.run_id = None if run_id is None else json.loads(json.dumps(run_id))  # as it reads back from a checkpoint
-        self.checkpoint = self.out_dir / "checkpoint.pt"
-        self.previous = self.out_dir / "checkpoint.prev.pt"
+        self.checkpoint, self.previous = (self.out_dir / name for name in CHECKPOINTS)
         self.history_path = self.out_dir / "history.jsonl"
 
     def _save(self, step: int, seconds: float) -> None:
@@ -114,9 +120,7 @@ class Trainer:
                 warnings.warn(f"{self.checkpoint} cannot be read ({errors[0]}); resuming from {path.name} (step {state['step']})", stacklevel=3)
             saved = state.get("run_id")  # None in checkpoints written before run ids existed
             if self.run_id is not None and saved is not None and saved != self.run_id:
-                differ = sorted(k for k in set(saved.get("settings", {})) | set(self.run_id.get("settings", {})) if saved.get("settings", {}).get(k) != self.run_id.get("settings", {}).get(k))
-                differ += [k for k in ("seed", "data") if saved.get(k) != self.run_id.get(k)]
-                raise CheckpointError(f"--resume: {path} belongs to another run (it differs in {', '.join(differ) or 'its identity'}); start this run afresh in another folder, or with --overwrite")
+                raise CheckpointError(f"--resume: {path} belongs to another run (it differs in {', '.join(_differences(saved, self.run_id)) or 'its identity'}); start this run afresh in another folder, or with --overwrite")
             return state
         if errors:
             raise CheckpointError(f"--resume: no checkpoint in {self.out_dir} can be read ({'; '.join(errors)}); start the run afresh with --overwrite")
@@ -132,7 +136,7 @@ class Trainer:
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         if self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
-            rows = [r for r in map(_parse_row, self.history_path.read_text().splitlines()) if r is not None and r["step"] <= state["step"]]
+            rows = [r for r in self._history() if r["step"] <= state["step"]]
             self.history_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return state["step"], state["seconds"]
 
@@ -172,7 +176,17 @@ class Trainer:
                 bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k not in ("step", "trajectories", "seconds")}, refresh=False)
                 self._save(done, time.perf_counter() - t0)
         bar.close()
-        return [json.loads(r) for r in self.history_path.read_text().splitlines() if r.strip()]
+        return self._history()
+
+    def _history(self) -> list[dict]:
+        """The rows of ``history.jsonl``, without blank lines and a last line that a killed process left unfinished."""
+        return [r for r in map(_parse_row, self.history_path.read_text().splitlines()) if r is not None]
+
+
+def _differences(saved: dict, current: dict) -> list[str]:
+    """The settings (then ``seed``, ``data``) in which two run ids differ."""
+    a, b = saved.get("settings", {}), current.get("settings", {})
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)) + [k for k in ("seed", "data") if saved.get(k) != current.get(k)]
 
 
 def _parse_row(line: str) -> dict | None:

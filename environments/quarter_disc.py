@@ -22,7 +22,8 @@ Eq. 4 holds because :math:`(s, \\theta) \\mapsto (s + \\rho e_\\theta, \\theta)`
 :math:`\\lambda_S \\otimes \\rho\\, d\\theta`, and a forward arc never re-enters the interior of
 :math:`Q_\\rho` (:math:`\\|s + \\rho e_\\theta\\|^2 = \\|s\\|^2 + 2\\rho\\, s \\cdot e_\\theta + \\rho^2 \\ge \\rho^2`).
 
-Reward (the public code's exact version, ``reference_facts.md`` 1.2), :math:`a_d = |x_d - 1/2|`:
+Reward (the exact version of the public code, github.com/saleml/continuous-gfn; docs/references.md, 'Quarter disc'),
+:math:`a_d = |x_d - 1/2|`:
 
 .. math:: R(x) = R_0 + R_1 \\prod_d 1[a_d > 0.25] + R_2 \\prod_d 1[0.3 < a_d < 0.4],\\quad
    Z = R_0 + 0.5^2 R_1 + 0.2^2 R_2 = 0.305
@@ -58,8 +59,8 @@ def arc_bounds(wall: Tensor, rho: float) -> tuple[Tensor, Tensor]:
 
     .. math:: A = \\tfrac{2}{\\pi} \\arccos\\big(\\min(w_x/\\rho, 1)\\big),\\quad B = \\tfrac{2}{\\pi} \\arcsin\\big(\\min(w_y/\\rho, 1)\\big)
 
-    With ``wall = 1 - s`` these are the forward bounds of ``reference_facts.md`` 1.1, with
-    ``wall = s`` the backward bounds of 1.4; the ``min`` says a wall farther than rho is never hit
+    With ``wall = 1 - s`` these are the public code's forward bounds, with ``wall = s`` its backward
+    bounds (docs/references.md, 'Quarter disc'); the ``min`` says a wall farther than rho is never hit
     (``A = 0``, ``B = 1``). The arc is empty iff :math:`B \\le A`, i.e. iff the corner
     ``s + wall`` lies within rho of ``s`` or a wall is touched: the public code's forced-exit rule.
     """

@@ -22,7 +22,7 @@ Policies (densities w.r.t. these kernels, i.e. w.r.t. Lebesgue in ``x``):
 with :math:`v_\\theta = 1` or learned, and :math:`P_B` the Brownian bridge pinned at 0 (its step from
 :math:`k = 1` to :math:`s_0` has probability one). For :math:`\\mu = 0` these are the forward and
 backward laws of the same process, so :math:`\\log R + \\sum \\log P_B - \\sum \\log P_F` estimates
-:math:`\\log Z` without bias in :math:`e^w` (``reference_facts.md`` 2.2).
+:math:`\\log Z` without bias in :math:`e^w` (docs/references.md, 'SDE targets and Table 2').
 """
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ from .sde_targets import TARGETS
 
 __all__ = ["SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "make_graph", "make_policies"]
 
-# reference_facts.md 5.1 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit time,
-# the t_scale of the code the paper's setting comes from (2.2: sigma^2 = t_scale = 5). With sigma = 5 itself off-policy
-# TB collapses onto one mode of the mixture (B_RW = -2.2 = log 1/9).
+# The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
+# time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
+# targets and Table 2'). With sigma = 5 itself off-policy TB collapses onto one mode of the mixture (B_RW = -2.2 = log 1/9).
 DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0}
 
 SETTINGS = {

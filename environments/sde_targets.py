@@ -1,4 +1,4 @@
-"""Target densities on R^n for the SDE samplers (Lahlou et al. 2023, section 4.2; ``reference_facts.md`` 2.1).
+"""Target densities on R^n for the SDE samplers (Lahlou et al. 2023, section 4.2; docs/references.md, 'SDE targets and Table 2').
 
 Each target gives an unnormalised log-density :math:`\\log R(x)` w.r.t. Lebesgue measure, its exact
 :math:`\\log Z`, and exact samples (for evaluation and for forward-KL training from data).

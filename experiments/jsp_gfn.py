@@ -1,6 +1,6 @@
 """`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and linear-Gaussian weights (JSP-GFN).
 
-One run (Deleu et al. 2023, Algorithm 1; ``reference_facts.md`` 4.4-4.5): ``num_envs`` graphs grow under the
+One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'): ``num_envs`` graphs grow under the
 behaviour policy (uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to
 ``1 - min_exploration`` over the first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions
 fill a replay buffer; each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both
@@ -196,7 +196,7 @@ register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and linear-Ga
 
 # --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
 
-PAPER = {  # reference_facts.md 5.2 (Lahlou et al. 2023, Table 3: GFlowNet row) and 5.3 (Deleu et al. 2023, Table D.1, d = 5)
+PAPER = {  # Lahlou et al. 2023, Table 3 (GFlowNet row) and Deleu et al. 2023, Table D.1 (d = 5); docs/references.md, 'Table 3 and Table D.1'
     "lahlou_table3": {
         3: {"edge_rmse": 0.0150, "path_rmse": 0.00339, "markov_rmse": 0.0214, "theta_nll": -1.75},
         4: {"edge_rmse": 0.0161, "path_rmse": 0.0107, "markov_rmse": 0.0238, "theta_nll": -3.06},
@@ -252,7 +252,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baseline not included).")
-    lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, reference_facts.md 5.2); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
+    lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
     table = "\n".join(lines).strip() + "\n"
     (out / "table.txt").write_text(table)
     print(table)

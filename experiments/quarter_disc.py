@@ -1,6 +1,6 @@
 """`gflownet-measure run quarter-disc` and `quarter-disc-figure1`: the continuous grid of Lahlou et al. 2023, section 4.1.
 
-Metrics (``reference_facts.md`` 1.7): the JSD on a 100 x 100 grid (``linspace(0.001, 1, 100)``)
+Metrics (the public code's evaluation; docs/references.md, 'Quarter disc'): the JSD on a 100 x 100 grid (``linspace(0.001, 1, 100)``)
 between an exponential-kernel KDE (bandwidth 0.1) of ``eval_samples`` terminal states and (a) the exact
 normalised reward on the grid (``jsd_exact``), (b) the same KDE of as many rejection samples from R,
 bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). The floors are what a perfect

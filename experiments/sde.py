@@ -1,7 +1,7 @@
 """`gflownet-measure run sde` and `sde-table`: SDE samplers on R^n (Lahlou et al. 2023, section 4.2, Table 2 / C.1).
 
 One run trains the Euler-Maruyama policy of :mod:`environments.sde` towards a target with one objective
-and regime (``reference_facts.md`` 2.4, 5.1):
+and regime (docs/references.md, 'SDE targets and Table 2'):
 
 - ``objective=tb``: trajectory balance with a learned log Z;
 - ``objective=reverse_kl``: KL(P_F || P*), path-wise (reparametrised) on-policy, importance-weighted
@@ -9,8 +9,8 @@ and regime (``reference_facts.md`` 2.4, 5.1):
 - ``objective=forward_kl``: KL(P* || P_F) by self-normalised importance weights of on- or off-policy
   trajectories, or ``regime=target``: exact target samples walked back with P_B (maximum likelihood);
 - ``regime=off``: trajectories from the policy with extra variance :math:`\\epsilon^2` per step in x
-  (:math:`\\epsilon` = ``exploration``, annealed linearly to 0 over training; the code's ``exploration_factor``,
-  ``reference_facts.md`` 2.4); log P_F is still scored under the policy itself.
+  (:math:`\\epsilon` = ``exploration``, annealed linearly to 0 over training; the ``exploration_factor`` of github.com/GFNOrg/gfn-diffusion);
+  log P_F is still scored under the policy itself.
 
 Metrics: ``log_Z_lower_bound`` (B: mean of w) and ``log_Z_importance_weighted`` (B_RW: log-mean-exp of w)
 over ``eval_samples`` on-policy trajectories, w = log R + sum log P_B - sum log P_F; the bias is the
@@ -52,7 +52,7 @@ SETTINGS = {
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
 PRESETS = {
     "quick": _PAPER | {"steps": 300, "n_steps": 50, "eval_every": 50, "eval_samples": 1000},
-    "paper": _PAPER,  # reference_facts.md 5.1: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
+    "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
 PAPER_K = {"gmm9": 2000, "funnel": 6000}
 
@@ -89,7 +89,8 @@ def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict):
 def exploration_noise(cfg: dict, step: int) -> float:
     """Extra variance of the off-policy steps in chart units: :math:`\\epsilon_k^2 / c^2 = \\epsilon_k^2 T / \\sigma^2`, :math:`\\epsilon_k = \\epsilon \\max(0, 1 - k/K)`.
 
-    In x the step variance becomes :math:`\\sigma^2 \\Delta t + \\epsilon_k^2` (``reference_facts.md`` 2.4). The
+    In x the step variance becomes :math:`\\sigma^2 \\Delta t + \\epsilon_k^2` (as in gfn-diffusion; docs/references.md,
+    'SDE targets and Table 2'). The
     alternative reading :math:`\\sigma^2 \\Delta t + \\epsilon_k^2 / T` adds 0.2% to the variance of a step at the
     paper's settings, and off-policy TB then collapses as on-policy TB does (3 of the mixture's 9 modes).
     """
@@ -198,7 +199,7 @@ ROWS = [  # (label, objective, regime, langevin)
     ("on-policy forward KL (IW)", "forward_kl", "on", False),
     ("PIS-NN (not black-box)", "reverse_kl", "on", True),
 ]
-PAPER_TABLE = {  # reference_facts.md 5.1: (B, B_RW) as (mean, std) over 10 runs; None = "unstable" or not reported
+PAPER_TABLE = {  # Lahlou et al. 2023, Table 2 / C.1: (B, B_RW) as (mean, std) over 10 runs; None = "unstable" or not reported
     "gmm9": {
         "off-policy GFlowNet TB": ((-0.150, 0.019), (-0.003, 0.011)),
         "off-policy reverse KL (IW)": ((-1.706, 0.537), (-1.609, 0.546)),

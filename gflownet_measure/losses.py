@@ -119,7 +119,7 @@ def length2_penalty(grad: Tensor, n_active: Tensor) -> Tensor:
     .. math:: \\mathrm{pen}(G) = \\frac{1}{S \\max(k_G, 1)} \\sum_{s=1}^S \\big\\|\\nabla_\\theta[\\log R(G, \\theta_s) - \\log P_\\phi(\\theta_s | G)]\\big\\|^2
 
     ``grad [S, B, ...]`` holds the gradients (zero at inactive coordinates), ``n_active [B]`` is :math:`k_G`.
-    The ``max`` guards the empty graph, where the public code divides 0 by 0 (``reference_facts.md`` 4.4).
+    The ``max`` guards the empty graph, where the public JSP-GFN code divides 0 by 0 (docs/references.md, 'Loss (eq. 8)').
     """
     S = grad.shape[0]
     return grad.square().flatten(2).sum((0, 2)) / (S * n_active.clamp(min=1).to(grad.dtype))

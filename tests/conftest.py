@@ -35,9 +35,10 @@ CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "chec
 
 
 def check_contract(out: Path, expect: str = "x") -> None:
-    """The run folder ``out`` passes ``../shared/tools/check_run_dir.py --expect <expect>`` (DESIGN.md section 5).
+    """The run folder ``out`` follows the run-folder contract (docs/references.md, 'Run-folder contract').
 
-    Where that tool is absent (a clone outside this workspace), the contract's core is checked here instead:
+    Where the development workspace provides a checker script (:data:`CHECK_RUN_DIR`), it is run with
+    ``--expect <expect>``; otherwise (any other clone) the contract's core is checked here:
     config.json an object, metrics.json a flat object of finite numbers, history.jsonl one object per line,
     samples.npz holding the ``expect`` arrays."""
     if CHECK_RUN_DIR.exists():

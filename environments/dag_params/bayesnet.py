@@ -1,4 +1,4 @@
-"""The linear-Gaussian Bayesian network of JSP-GFN (Deleu et al. 2023, section 5.1; ``reference_facts.md`` 4.3, 4.6, 4.7).
+"""The linear-Gaussian Bayesian network of JSP-GFN (Deleu et al. 2023, section 5.1; docs/references.md, 'JSP-GFN').
 
 Model, with :math:`\\sigma^2` = ``obs_var`` and :math:`\\sigma_0^2` = ``prior_var``:
 
@@ -8,7 +8,7 @@ Model, with :math:`\\sigma^2` = ``obs_var`` and :math:`\\sigma_0^2` = ``prior_va
 and the reward of the hybrid GFlowNet is :math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`.
 
 Per child :math:`j` with parent data :math:`X_P` ``[N, k]`` and column :math:`x` ``[N]``, the weights
-integrate out in closed form (``reference_facts.md`` 4.7; JSP-GFN eq. D.24):
+integrate out in closed form (JSP-GFN eq. D.24; docs/references.md, 'Exact posterior'):
 
 .. math:: V_j = (I / \\sigma_0^2 + X_P^\\top X_P / \\sigma^2)^{-1},\\quad m_j = V_j X_P^\\top x / \\sigma^2,
 
@@ -165,7 +165,7 @@ class LinearGaussian:
         return values[inverse].sum(-1)
 
     def local_log_marginal(self, node: int, parents) -> float:
-        """:math:`\\log P(x_j | X_P) = \\log \\mathcal N(x_j; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)` (``reference_facts.md`` 4.7).
+        """:math:`\\log P(x_j | X_P) = \\log \\mathcal N(x_j; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)` (JSP-GFN eq. D.24).
 
         ``parents``: a tuple of indices, or a bool/0-1 vector ``[d]`` (tensor, array or list).
         """
@@ -257,7 +257,7 @@ class SimulatedData:
 
 
 def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0) -> SimulatedData:
-    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))`, :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (``reference_facts.md`` 4.6).
+    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))`, :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (docs/references.md, 'Simulated data').
 
     The graph is a Bernoulli(p) strict lower triangle with its nodes randomly permuted; the data solve
     :math:`X = X\\Theta + E` with :math:`E_{nj} \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, which equals ancestral

@@ -1,6 +1,6 @@
 """Directed acyclic graphs on ``d`` labelled nodes: closures, valid actions, enumeration and marginal features.
 
-Conventions (JSP-GFN, Deleu et al. 2023; ``reference_facts.md`` 4.1): ``adj [..., d, d]`` with
+Conventions (JSP-GFN, Deleu et al. 2023; docs/references.md, 'States, actions and masks'): ``adj [..., d, d]`` with
 ``adj[i, j] = 1`` iff :math:`i \\to j`; ``reach [..., d, d]`` with ``reach[i, j] = True`` iff there is a
 directed path :math:`i \\leadsto j`, reflexive. All functions are pure and batched over leading dimensions.
 
@@ -58,7 +58,7 @@ def transitive_closure(adj: Tensor) -> Tensor:
 
 
 def add_edge_closure(reach: Tensor, u: Tensor, v: Tensor) -> Tensor:
-    """:math:`R' = R \\vee R_{:, u} R_{v, :}^\\top` after adding :math:`u \\to v` (``reference_facts.md`` 4.1).
+    """:math:`R' = R \\vee R_{:, u} R_{v, :}^\\top` after adding :math:`u \\to v` (the public JSP-GFN code; docs/references.md, 'States, actions and masks').
 
     Args:
         reach: ``[B, d, d]`` bool closures before the addition.
@@ -74,7 +74,7 @@ def add_edge_closure(reach: Tensor, u: Tensor, v: Tensor) -> Tensor:
 
 
 def valid_edges(adj: Tensor, reach: Tensor, max_parents: int | None = None) -> Tensor:
-    """:math:`M = \\neg A \\wedge \\neg R^\\top` (``reference_facts.md`` 4.1): ``[..., d, d]`` bool, edges that keep the graph a DAG.
+    """:math:`M = \\neg A \\wedge \\neg R^\\top` (the public JSP-GFN code's mask): ``[..., d, d]`` bool, edges that keep the graph a DAG.
 
     ``reach`` is reflexive, so self loops are excluded; with ``max_parents``, every column ``j`` whose
     node already has that many parents is masked.

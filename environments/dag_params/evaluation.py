@@ -71,7 +71,7 @@ def _order_log_probs(policy: JSPPolicy, edges: Tensor, orders: Tensor, d: int) -
 @torch.no_grad()
 def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None) -> Tensor:
     """:math:`\\log P_T(G)` ``[B]`` float64 of the graphs ``adj [B, d, d]`` by the estimator of Deleu et al. 2023, D.3.2
-    (``reference_facts.md`` 4.9), for spaces too large for :func:`model_graph_log_marginals`:
+    (docs/references.md, 'Beam-search estimate of log P_T (D.3.2)'), for spaces too large for :func:`model_graph_log_marginals`:
 
     .. math:: P_T(G) = P_F(\\text{stop} \\mid G) \\sum_{\\tau \\in \\mathrm{orders}(E)} P_F(\\tau),\\qquad
               \\sum_\\tau P_F(\\tau) \\approx \\sum_{\\tau \\in \\mathcal B} P_F(\\tau)
@@ -203,7 +203,7 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
 
 def heldout_metrics(heldout: LinearGaussian, graphs: Tensor, thetas: Tensor) -> dict:
     """The fit of samples ``(graphs [K, d, d], thetas [K, d, d])`` to held-out rows :math:`D'` (the data of ``heldout``),
-    from :math:`\\ell_k = \\log P(D' | G_k, \\theta_k)` (``reference_facts.md`` 4.8, 5.3):
+    from :math:`\\ell_k = \\log P(D' | G_k, \\theta_k)` (Deleu et al. 2023; docs/references.md, 'Metrics'):
 
     - ``heldout_nll``: :math:`-\\frac1K \\sum_k \\ell_k`, the expected negative log-likelihood (JSP-GFN's d = 20 metric);
     - ``heldout_nll_bma``: :math:`-\\log \\frac1K \\sum_k e^{\\ell_k}`, of the posterior predictive (the model average).

@@ -1,4 +1,4 @@
-"""The exact joint posterior :math:`P(G, \\theta | D) = P(G | D) \\prod_j \\mathcal N(\\theta_j; m_j, V_j)` for ``d <= 5`` (``reference_facts.md`` 4.7, 4.8).
+"""The exact joint posterior :math:`P(G, \\theta | D) = P(G | D) \\prod_j \\mathcal N(\\theta_j; m_j, V_j)` for ``d <= 5`` (docs/references.md, 'Exact posterior').
 
 The ground truth of the JSP-GFN comparisons (Deleu et al. 2023, section 5.1; Lahlou et al. 2023, Table 3):
 all DAGs are enumerated and scored in closed form,

@@ -1,4 +1,4 @@
-"""The JSP-GFN network (Deleu et al. 2023, section 3.3 and appendix; ``reference_facts.md`` 4.2): one
+"""The JSP-GFN network (Deleu et al. 2023, section 3.3 and appendix; docs/references.md, 'Network'): one
 graph-network pass and a self-attention layer over the ``d`` nodes of a DAG, then edge and stop logits
 for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \\mid G)`.
 
@@ -64,7 +64,7 @@ class JSPOutputs(NamedTuple):
 
 
 class JSPBackbone(nn.Module):
-    """Node and global features of a DAG: :math:`(h_i)_{i \\le d}, g = \\mathrm{LN}(\\mathrm{MHA}(\\mathrm{GN}(A)))` (``reference_facts.md`` 4.2).
+    """Node and global features of a DAG: :math:`(h_i)_{i \\le d}, g = \\mathrm{LN}(\\mathrm{MHA}(\\mathrm{GN}(A)))` (docs/references.md, 'Network').
 
     Inputs: node features :math:`x_i = \\mathrm{Embed}(i)`, one learned edge feature :math:`e` shared by every
     edge, globals :math:`g_0 = 0`. One graph-network pass (Battaglia et al. 2018, the order of ``jraph.GraphNetwork``):
@@ -191,7 +191,7 @@ class JSPNetwork(nn.Module):
     :math:`v = \\mathrm{MLP}_r(h)`, the stop logit :math:`\\mathrm{MLP}[h, 1](g)` and a :data:`THETA_HEADS` head.
 
     The JAX code multiplies both logits by the training-set size ``N`` before the softmax
-    (``reference_facts.md`` 4.2); that scaling, and the masking of invalid edges, belong to the caller.
+    (docs/references.md, 'Network'); that scaling, and the masking of invalid edges, belong to the caller.
 
     Args:
         d: number of nodes.

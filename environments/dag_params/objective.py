@@ -47,7 +47,7 @@ class ParallelEnvs(torch.nn.Module):
         """One move of every graph; returns the edge transitions ``(G [M, d, d], G' [M, d, d])`` made (stops excluded).
 
         With probability ``epsilon`` a graph moves uniformly among its valid edges and stop
-        (``reference_facts.md`` 4.5), otherwise with :math:`P_F`.
+        (docs/references.md, 'Training loop'), otherwise with :math:`P_F`.
         """
         n, d = self.adj.shape[0], self.d
         valid = valid_edges(self.adj, self.reach, self.max_parents)

@@ -1,4 +1,4 @@
-"""Every registered environment satisfies the theory's conditions (DESIGN.md section 6), on settings drawn by hypothesis."""
+"""Every registered environment satisfies the theory's conditions (Lahlou et al. 2023, Definition 1, eq. 1-7 and 15-16), on settings drawn by hypothesis."""
 import pytest
 import torch
 from conftest import HYPOTHESIS

@@ -1,4 +1,4 @@
-"""The JSP-GFN network (Deleu et al. 2023; ``reference_facts.md`` 4.2): shapes, the graph-network pass against a
+"""The JSP-GFN network (Deleu et al. 2023; docs/references.md, 'Network'): shapes, the graph-network pass against a
 per-edge loop, permutation equivariance, and the density of theta (normalised, sampled, masked, differentiable)."""
 import copy
 import math

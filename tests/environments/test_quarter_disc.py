@@ -44,7 +44,7 @@ def test_forward_arcs_stay_in_the_square_at_distance_rho(rho):
 
 @pytest.mark.parametrize("rho", RHOS)
 def test_forced_exit_is_the_codes_rule(rho):
-    """Only the sink where ||(1,1) - s|| <= rho or a coordinate reaches 1 (reference_facts 1.1), arc plus sink elsewhere."""
+    """Only the sink where ||(1,1) - s|| <= rho or a coordinate reaches 1 (docs/references.md, 'Quarter disc'), arc plus sink elsewhere."""
     m = qd.make_graph(cfg(rho)).kappa(states(20000, seed=1) ** 0.3)  # ** 0.3 crowds states near the corner (1, 1)
     s = m.pieces[1].context
     forced = (torch.linalg.vector_norm(1 - s, dim=1) <= rho) | (s >= 1 - 1e-10).any(1)

@@ -1,4 +1,4 @@
-"""The command line contract (DESIGN.md section 5): list, run, check, bad input, resume."""
+"""The command line and run-folder contract (docs/references.md): list, run, check, bad input, resume."""
 import json
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Smoke tests of `gflownet-measure run jsp-gfn` and `jsp-table` (tiny settings; DESIGN.md section 5 contract)."""
+"""Smoke tests of `gflownet-measure run jsp-gfn` and `jsp-table` (tiny settings; the run-folder contract, docs/references.md)."""
 import json
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Smoke tests of `gflownet-measure run quarter-disc` and `quarter-disc-figure1` (tiny steps; DESIGN.md section 5 contract)."""
+"""Smoke tests of `gflownet-measure run quarter-disc` and `quarter-disc-figure1` (tiny steps; the run-folder contract, docs/references.md)."""
 import json
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Smoke tests of `gflownet-measure run sde` and `sde-table` (tiny settings; DESIGN.md section 5 contract)."""
+"""Smoke tests of `gflownet-measure run sde` and `sde-table` (tiny settings; the run-folder contract, docs/references.md)."""
 import json
 
 import numpy as np
@@ -73,7 +73,7 @@ def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_pat
 
 
 def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
-    """regime=off: a step's variance in x grows by exploration^2 (reference_facts 2.4), annealed linearly to 0; the
+    """regime=off: a step's variance in x grows by exploration^2 (docs/references.md, 'SDE targets and Table 2'), annealed linearly to 0; the
     returned variance is in chart units, c^2 = sigma^2 / T of them per unit of x^2."""
     import math
 

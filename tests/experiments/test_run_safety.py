@@ -144,8 +144,10 @@ def _wait_for(path: Path, seconds: float = 60.0) -> None:
 
 
 def _long_run(out: Path) -> subprocess.Popen:
+    """A run that trains for minutes, in a child whose Ctrl-C (SIGINT) acts as in a terminal: a shell that starts jobs in
+    the background (CI, ``nohup``) hands them SIGINT ignored, and Python then never raises KeyboardInterrupt."""
     argv = [sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=100000", "eval_every=50", "eval_samples=50"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_two_processes_cannot_write_one_folder(tmp_path, capsys):
@@ -163,9 +165,13 @@ def test_two_processes_cannot_write_one_folder(tmp_path, capsys):
 def test_ctrl_c_stops_with_one_line_and_the_run_resumes(tmp_path):
     out = tmp_path / "r"
     p = _long_run(out)
-    _wait_for(out / "checkpoint.prev.pt")  # two checkpoints written
-    p.send_signal(signal.SIGINT)
-    err = p.communicate(timeout=60)[1]
+    try:
+        _wait_for(out / "checkpoint.prev.pt")  # two checkpoints written
+        p.send_signal(signal.SIGINT)
+        err = p.communicate(timeout=60)[1]
+    finally:
+        p.kill()
+        p.wait()
     assert p.returncode == 130
     last = err.strip().splitlines()[-1]
     assert "Traceback" not in err and last == f"gflownet-measure: interrupted; the last checkpoint is kept in {out}: continue with `gflownet-measure run hypergrid --out {out} --resume`"

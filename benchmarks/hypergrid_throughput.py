@@ -13,9 +13,8 @@ import time
 import torch
 
 from environments import hypergrid as env
-from gflownet_measure.losses import square
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
-from gflownet_measure.policies import StateFlow
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, objective_names
 from gflownet_measure.rollout import sample_forward
 
 
@@ -39,20 +38,21 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    cfg = {k: s.default for k, s in env.SETTINGS.items()} | {"height": a.height, "ndim": a.ndim}
+    cfg = env.HypergridConfig(height=a.height, ndim=a.ndim)
     graph = env.make_graph(cfg)
     pf, pb = env.make_policies(graph, cfg, backward="learned")
     gfn = GFlowNet(pf, pb, StateFlow(graph.encode, a.height * a.ndim))
     print(f"hypergrid H={a.height} D={a.ndim}, batch {a.batch}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), best of {a.repeats}")
     t_roll = _best_of(lambda: sample_forward(graph, pf, a.batch, 0.1), a.repeats)
     print(f"rollout: {a.batch / t_roll:10.0f} trajectories/s  ({t_roll * 1e3:.2f} ms per batch)")
-    traj = sample_forward(graph, pf, a.batch, 0.1)
+    batch = Batch(graph, sample_forward(graph, pf, a.batch, 0.1))
     rates = {}
-    for name, objective in OBJECTIVES.items():
+    for name in objective_names(divergence=False):  # the divergences need scored batches
+        objective = OBJECTIVES[name]
 
         def step():
             gfn.zero_grad()
-            objective(gfn, graph, traj, 0.9, square).backward()
+            objective(gfn, batch).backward()
 
         rates[name] = a.batch / _best_of(step, a.repeats)
     for name, rate in rates.items():

@@ -68,9 +68,10 @@ def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
-    cfg = {k: s.default for k, s in env.SETTINGS.items()} | {"rho": RHO, "steps": a.iterations, "lr_milestone": MILESTONE, "lr_gamma": GAMMA}
-    graph = env.make_graph(cfg)
-    pf, pb = env.make_policies(graph, cfg, "learned", HIDDEN, N_LAYERS, N_COMPONENTS_S0, N_COMPONENTS)
+    cfg = {"steps": a.iterations, "lr_milestone": MILESTONE, "lr_gamma": GAMMA}
+    space = env.QuarterDiscConfig(rho=RHO)
+    graph = env.make_graph(space)
+    pf, pb = env.make_policies(graph, space, "learned", HIDDEN, N_LAYERS, N_COMPONENTS_S0, N_COMPONENTS)
     gfn = GFlowNet(pf, pb)
     optimizer = make_optimizer(gfn, LR, LR_LOGZ)
     scheduler = make_scheduler(optimizer, cfg)
@@ -78,7 +79,7 @@ def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     grad_clip = 10.0  # TRAINING_SETTINGS["grad_clip"] default
 
     def step(k: int) -> float:  # the body of Trainer.run, less its evaluation and checkpoint bookkeeping
-        loss = objective(gfn, graph, sample_forward(graph, gfn.pf, BATCH, 0.0), 0.9)
+        loss = objective(gfn, objective.sample(graph, gfn, BATCH))
         value = float(loss.detach())
         if not math.isfinite(value):
             raise RuntimeError(f"ours: loss is {value}")

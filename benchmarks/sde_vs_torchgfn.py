@@ -37,13 +37,13 @@ could not tell from noise over 200 iterations).
 
 Ours is the library's SDE sampler (:mod:`environments.sde`), built and stepped by ``experiments.sde``:
 the settings ``experiments.sde.SETTINGS`` at their defaults, validated by
-:func:`gflownet_measure.config.resolve`, with target ``gmm9``, ``n_steps`` 32, ``batch_size`` 200,
+:func:`experiments.settings.resolve`, with target ``gmm9``, ``n_steps`` 32, ``batch_size`` 200,
 ``objective`` tb, ``regime`` on (no exploration noise), ``steps`` = the iterations, and, set explicitly to
 the tutorial's values (they are also our defaults): ``sigma`` 5, ``hidden`` 64, ``learned_variance`` and
 ``langevin`` off, ``lr`` 1e-3, ``lr_logZ`` 1e-1, ``lr_milestone`` 0 (constant learning rates);
-``experiments.sde.build(cfg) -> (graph, gfn)`` (``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
+``experiments.sde.make_gflownet(cfg) -> (graph, gfn)`` (``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
 ``BrownianBridge`` P_B, log Z = 0); :func:`gflownet_measure.training.make_optimizer` (Adam, ``lr`` for the
-policy, ``lr_logZ`` for log Z); and each iteration ``loss = make_step(gfn, graph, cfg)(k)``, ``zero_grad``,
+policy, ``lr_logZ`` for log Z); and each iteration ``loss = objective(gfn, make_batches(gfn, graph, cfg)(k))``, ``zero_grad``,
 ``backward``, global gradient-norm clip at ``grad_clip`` (10, our default), ``optimizer.step()`` (the
 body of :class:`gflownet_measure.training.Trainer`'s step, less its evaluation and checkpoint bookkeeping).
 
@@ -213,7 +213,7 @@ def _train_torchgfn(a, turns: Turns) -> dict:
 def _ours_config(iterations: int) -> dict:
     """Our settings: the defaults of experiments.sde.SETTINGS with the shared problem and budget."""
     from experiments import sde
-    from gflownet_measure.config import resolve
+    from experiments.settings import resolve
 
     shared = {"target": "gmm9", "n_steps": T, "batch_size": BATCH, "steps": iterations, "objective": "tb", "regime": "on"}
     as_tutorial = {"sigma": TGFN_SIGMA, "hidden": TGFN_NET["hidden_dim"], "learned_variance": False, "langevin": False, "lr": TGFN_LR, "lr_logZ": TGFN_LR_LOGZ, "lr_milestone": 0}
@@ -221,20 +221,21 @@ def _ours_config(iterations: int) -> dict:
 
 
 def _train_ours(a, turns: Turns) -> dict:
-    """Our SDE sampler: experiments.sde.build / make_step / evaluate_bounds and the library's optimiser."""
+    """Our SDE sampler: experiments.sde.make_gflownet / make_batches / evaluate_bounds and the library's optimiser."""
     from experiments import sde
+    from gflownet_measure.objectives import OBJECTIVES
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
     cfg = _ours_config(a.iterations)
-    graph, gfn = sde.build(cfg)
-    step_fn = sde.make_step(gfn, graph, cfg)
+    graph, gfn = sde.make_gflownet(cfg)
+    objective, batches = OBJECTIVES[cfg["objective"]], sde.make_batches(gfn, graph, cfg)
     optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"])
     params = [p for g in optimizer.param_groups for p in g["params"]]
     grad_clip = float(cfg.get("grad_clip", 0.0))
 
     def step(k: int) -> float:  # the body of Trainer's step, less its evaluation and checkpoint bookkeeping
-        loss = step_fn(k)
+        loss = objective(gfn, batches(k))
         value = float(loss.detach())
         if not math.isfinite(value):
             raise RuntimeError(f"ours: loss is {value} at iteration {k}")

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.options import Setting, settings_of
 from gflownet_measure.graph import PointedGraph
 
 from . import dag_params, hypergrid, quarter_disc, sde
@@ -14,7 +14,8 @@ __all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
 
 @dataclass(frozen=True)
 class EnvironmentSpec:
-    """A registered space: its settings, a graph factory and default (untrained) policies ``(P_F, P_B)``.
+    """A registered space: its typed settings (a dataclass of :func:`~gflownet_measure.options.option` fields), a graph
+    factory and default (untrained) policies ``(P_F, P_B)``, both taking an instance of ``config``.
 
     ``check_bytes``: the peak memory of ``gflownet-measure check`` per squared Monte Carlo node (its pair integrals hold
     ``n`` kernel nodes for each of ``n`` nodes of every piece of nu), measured at the default settings as the slope of the
@@ -24,21 +25,25 @@ class EnvironmentSpec:
 
     name: str
     description: str
-    settings: dict[str, Setting]
-    make_graph: Callable[[dict], PointedGraph]
-    make_policies: Callable[[PointedGraph, dict], tuple]
+    config: type
+    make_graph: Callable[[Any], PointedGraph]
+    make_policies: Callable[[PointedGraph, Any], tuple]
     check_bytes: float = 0.0
+
+    @property
+    def settings(self) -> dict[str, Setting]:
+        return settings_of(self.config)
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {
-    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.SETTINGS, hypergrid.make_graph, hypergrid.make_policies),  # discrete: --samples is unused
-    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.SETTINGS, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.6e3),
-    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.SETTINGS, dag_params.make_graph, dag_params.make_policies, check_bytes=2.2e4),  # d = 3; grows with the number of DAGs
-    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SETTINGS, sde.make_graph, sde.make_policies, check_bytes=1.4e4),  # T = 100 time levels
+    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.HypergridConfig, hypergrid.make_graph, hypergrid.make_policies),  # discrete: --samples is unused
+    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.QuarterDiscConfig, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.6e3),
+    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.DagParamsConfig, dag_params.make_graph, dag_params.make_policies, check_bytes=2.2e4),  # d = 3; grows with the number of DAGs
+    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SDEConfig, sde.make_graph, sde.make_policies, check_bytes=1.4e4),  # T = 100 time levels
 }
 
 
 def get_environment(name: str) -> EnvironmentSpec:
     if name not in ENVIRONMENTS:
-        raise ConfigError(f"unknown environment {name!r}; valid: {', '.join(sorted(ENVIRONMENTS))}")
+        raise ValueError(f"unknown environment {name!r}; valid: {', '.join(sorted(ENVIRONMENTS))}")
     return ENVIRONMENTS[name]

@@ -8,23 +8,41 @@ stops. Reward, with :math:`a_d = |x_d/(H-1) - 1/2|`:
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Measure, counting
-from gflownet_measure.policies import MLPPolicy, UniformPolicy
+from gflownet_measure.networks import MLPPolicy
+from gflownet_measure.options import check_options, option, settings_of
 
-SETTINGS = {
-    "height": Setting(8, "grid side H", low=2, high=64),
-    "ndim": Setting(2, "dimension D", low=1, high=6),
-    "R0": Setting(1e-3, "background reward (> 0 so log R is finite)", low=1e-12),
-    "R1": Setting(0.5, "reward of the outer band", low=0.0),
-    "R2": Setting(2.0, "reward of the inner squares", low=0.0),
-}
+MAX_STATES = 2**18
+"""Largest grid (``height ** ndim`` states) built: nu lists every state, and the exact metrics evaluate the policy on all of them."""
+
+
+@dataclass(frozen=True)
+class HypergridConfig:
+    """The grid :math:`\\{0, \\dots, H-1\\}^D` and its reward; raises ``ValueError`` for a value out of range or a grid of
+    more than :data:`MAX_STATES` states (its exact references enumerate them all)."""
+
+    height: int = option(8, "grid side H", low=2, high=64)
+    ndim: int = option(2, "dimension D", low=1, high=6)
+    R0: float = option(1e-3, "background reward (> 0 so log R is finite)", low=1e-12)
+    R1: float = option(0.5, "reward of the outer band", low=0.0)
+    R2: float = option(2.0, "reward of the inner squares", low=0.0)
+
+    def __post_init__(self):
+        check_options(self)
+        H, D = self.height, self.ndim
+        if H**D > MAX_STATES:
+            raise ValueError(f"height={H}, ndim={D} is a grid of {H**D:,} states; valid: at most {MAX_STATES:,} (e.g. height 64 at ndim 3, 16 at 4, 8 at 6)")
+
+
+SETTINGS = settings_of(HypergridConfig)
 
 
 class HypergridKernel(Kernel):
@@ -53,20 +71,8 @@ def log_reward(x: Tensor, height: int, R0: float, R1: float, R2: float) -> Tenso
     return torch.log(R0 + R1 * band + R2 * square)
 
 
-MAX_STATES = 2**18
-"""Largest grid (``height ** ndim`` states) built: nu lists every state, and the exact metrics evaluate the policy on all of them."""
-
-
-def check_size(cfg: dict) -> None:
-    """The grid must hold at most :data:`MAX_STATES` states (its exact references enumerate them all)."""
-    H, D = cfg["height"], cfg["ndim"]
-    if H**D > MAX_STATES:
-        raise ConfigError(f"height={H}, ndim={D} is a grid of {H**D:,} states; valid: at most {MAX_STATES:,} (e.g. height 64 at ndim 3, 16 at 4, 8 at 6)")
-
-
-def make_graph(cfg: dict) -> PointedGraph:
-    check_size(cfg)
-    H, D = cfg["height"], cfg["ndim"]
+def make_graph(config: HypergridConfig) -> PointedGraph:
+    H, D = config.height, config.ndim
     grid = torch.tensor(list(itertools.product(range(H), repeat=D)), dtype=torch.float32)
     everything = counting(grid)
 
@@ -80,15 +86,15 @@ def make_graph(cfg: dict) -> PointedGraph:
         kappa_b=HypergridKernel(H, D, forward=False),
         nu=everything,
         terminal=everything,
-        log_reward=lambda x: log_reward(x, H, cfg["R0"], cfg["R1"], cfg["R2"]),
+        log_reward=lambda x: log_reward(x, H, config.R0, config.R1, config.R2),
         max_length=D * (H - 1) + 1,
         encode=encode,
     )
 
 
-def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hidden: int = 128, n_layers: int = 2):
+def make_policies(graph: PointedGraph, config: HypergridConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 2):
     """``(P_F, P_B)``: an MLP on one-hot coordinates over the ``D + 1`` atoms; P_B uniform or an MLP over ``D`` parents."""
-    H, D = cfg["height"], cfg["ndim"]
+    H, D = config.height, config.ndim
     pf = MLPPolicy(graph.kappa, graph.encode, D * H, D + 1, hidden=hidden, n_layers=n_layers)
     pb = UniformPolicy(graph.kappa_b) if backward == "uniform" else MLPPolicy(graph.kappa_b, graph.encode, D * H, D, hidden=hidden, n_layers=n_layers)
     return pf, pb

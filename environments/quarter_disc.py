@@ -31,23 +31,36 @@ Reward (the exact version of the public code, github.com/saleml/continuous-gfn; 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from gflownet_measure.config import Setting
+from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.graph import PointedGraph
+from gflownet_measure.heads import BetaMixtureHead
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
-from gflownet_measure.policies import BetaMixtureHead, MLPPolicy, UniformPolicy
+from gflownet_measure.networks import MLPPolicy
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.transforms import AffineChart, ArcChart, PolarChart, WithoutJacobian
 
-__all__ = ["SETTINGS", "R0", "R1", "R2", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "make_graph", "make_policies"]
+__all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "make_graph", "make_policies"]
 
-SETTINGS = {
-    "rho": Setting(0.25, "step length (the paper uses 0.25 and 0.1)", low=0.05, high=0.5),
-    "jacobian": Setting(True, "divide the policies' coordinate densities by the chart Jacobians (false: the Li et al. 2023 error)", choices=(True, False)),
-}
+
+
+@dataclass(frozen=True)
+class QuarterDiscConfig:
+    """The step length :math:`\\rho` and whether the policies' coordinate densities are divided by the chart Jacobians."""
+
+    rho: float = option(0.25, "step length (the paper uses 0.25 and 0.1)", low=0.05, high=0.5)
+    jacobian: bool = option(True, "divide the policies' coordinate densities by the chart Jacobians (false: the Li et al. 2023 error)", choices=(True, False))
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = settings_of(QuarterDiscConfig)
 
 R0, R1, R2 = 0.1, 0.5, 2.0
 LOG_Z = math.log(R0 + 0.5**2 * R1 + 0.2**2 * R2)  # log 0.305
@@ -122,9 +135,9 @@ def encode(x: Tensor) -> Tensor:
     return x.float()
 
 
-def make_graph(cfg: dict) -> PointedGraph:
+def make_graph(config: QuarterDiscConfig) -> PointedGraph:
     """The pointed graph for step ``rho``; states are float64 so arc end points survive the chart round trip."""
-    rho = cfg["rho"]
+    rho = config.rho
     source = torch.zeros(2, dtype=torch.float64)
     square = charted(AffineChart(Box((0.0, 0.0), (1.0, 1.0)), slots=(0, 1)), 2, torch.float64)
     return PointedGraph(
@@ -140,7 +153,7 @@ def make_graph(cfg: dict) -> PointedGraph:
     )
 
 
-def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2):
+def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2):
     """``(P_F, P_B)`` of the paper's quarter-disc experiment.
 
     P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
@@ -151,9 +164,9 @@ def make_policies(graph: PointedGraph, cfg: dict, backward: str = "uniform", hid
     ``[sink, arc]`` is the exit probability. P_B: uniform in angle on the backward arc (an exact
     density w.r.t. arclength), or ``learned``: its own output layer and Beta mixture on the P_F torso
     (the code's ``tied`` option, the paper's "learned P_B"). Concentrations in
-    ``[0.1, 5.1]``. With ``cfg["jacobian"]`` false both are built on kernels whose charts drop the Jacobian.
+    ``[0.1, 5.1]``. With ``config.jacobian`` false both are built on kernels whose charts drop the Jacobian.
     """
-    rho, jac = cfg["rho"], cfg["jacobian"]
+    rho, jac = config.rho, config.jacobian
     pf_heads = [BetaMixtureHead(2, n_components_s0), BetaMixtureHead(1, n_components)]
     pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers, source=graph.source)
     kappa_b = QuarterDiscKernel(rho, False, jac)

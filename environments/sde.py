@@ -28,40 +28,51 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 from torch.distributions import Distribution, Independent, Normal
 
-from gflownet_measure.config import Setting
+from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
-from gflownet_measure.policies import Policy
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.transforms import AffineChart
 
 from .sde_targets import TARGETS
 
-__all__ = ["SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "make_graph", "make_policies"]
+__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "make_graph", "make_policies"]
 
 # The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
 # time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
 # targets and Table 2'). With sigma = 5 itself off-policy TB collapses onto one mode of the mixture (B_RW = -2.2 = log 1/9).
 DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0}
 
-SETTINGS = {
-    "target": Setting("gmm9", "target density", choices=tuple(TARGETS)),
-    "n_steps": Setting(100, "Euler-Maruyama steps T over the unit time horizon", low=1, high=10000),
-    "sigma": Setting(0.0, "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9, 1 for funnel)", low=0.0),
-    "hidden": Setting(64, "width of the PIS-style networks", low=1),
-    "learned_variance": Setting(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False)),
-    "langevin": Setting(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False)),
-}
 
 
-def sigma_of(cfg: dict) -> float:
-    """The diffusion coefficient: ``cfg["sigma"]``, or the paper's value for the target when it is 0."""
-    return cfg["sigma"] if cfg["sigma"] > 0 else DEFAULT_SIGMA[cfg["target"]]
+@dataclass(frozen=True)
+class SDEConfig:
+    """The target, the time grid, the diffusion coefficient and the policy network of an SDE sampler."""
+
+    target: str = option("gmm9", "target density", choices=tuple(TARGETS))
+    n_steps: int = option(100, "Euler-Maruyama steps T over the unit time horizon", low=1, high=10000)
+    sigma: float = option(0.0, "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9, 1 for funnel)", low=0.0)
+    hidden: int = option(64, "width of the PIS-style networks", low=1)
+    learned_variance: bool = option(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False))
+    langevin: bool = option(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False))
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = settings_of(SDEConfig)
+
+
+def sigma_of(config: SDEConfig) -> float:
+    """The diffusion coefficient: ``config.sigma``, or the paper's value for the target when it is 0."""
+    return config.sigma if config.sigma > 0 else DEFAULT_SIGMA[config.target]
 
 
 def _r(n: int) -> Box:
@@ -193,9 +204,9 @@ class BrownianBridge(Policy):
         return logits, [functools.partial(_normal_rows, loc, scale)]
 
 
-def make_graph(cfg: dict) -> PointedGraph:
-    target = TARGETS[cfg["target"]]
-    n, T, sigma = target.dim, cfg["n_steps"], sigma_of(cfg)
+def make_graph(config: SDEConfig) -> PointedGraph:
+    target = TARGETS[config.target]
+    n, T, sigma = target.dim, config.n_steps, sigma_of(config)
     scale = sigma / math.sqrt(T)
     # Lebesgue on level k, charted (like the kernels) in units of one step's standard deviation c
     level = [charted(AffineChart(_r(n), range(n), scale=scale, fixed={n: float(k)}), n + 1) for k in range(1, T + 1)]
@@ -219,8 +230,8 @@ def make_graph(cfg: dict) -> PointedGraph:
     )
 
 
-def make_policies(graph: PointedGraph, cfg: dict):
+def make_policies(graph: PointedGraph, config: SDEConfig):
     """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge."""
-    sigma = sigma_of(cfg)
-    pf = EulerMaruyamaPolicy(graph.kappa, sigma, cfg["hidden"], cfg["learned_variance"], TARGETS[cfg["target"]].log_prob, cfg["langevin"])
+    sigma = sigma_of(config)
+    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin)
     return pf, BrownianBridge(graph.kappa_b, sigma)

@@ -14,9 +14,9 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["GaussianMixture9", "Funnel", "TARGETS"]
+from gflownet_measure.gaussian import LOG_2PI
 
-_LOG_2PI = math.log(2 * math.pi)
+__all__ = ["GaussianMixture9", "Funnel", "TARGETS"]
 
 
 class GaussianMixture9:
@@ -32,7 +32,7 @@ class GaussianMixture9:
     def log_prob(self, x: Tensor) -> Tensor:
         """:math:`\\log R(x)` ``[B]`` for ``x [B, 2]``: a log-sum-exp over the 9 components."""
         d2 = (x[:, None, :] - self.means.to(x)).square().sum(-1)  # [B, 9]
-        log_comp = -0.5 * d2 / self.variance - 0.5 * self.dim * (_LOG_2PI + math.log(self.variance))
+        log_comp = -0.5 * d2 / self.variance - 0.5 * self.dim * (LOG_2PI + math.log(self.variance))
         return torch.logsumexp(log_comp, 1) - math.log(9)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
@@ -55,8 +55,8 @@ class Funnel:
 
     def log_prob(self, x: Tensor) -> Tensor:
         x0, rest = x[:, 0], x[:, 1:]
-        lp0 = -0.5 * (x0 / self.sigma0).square() - 0.5 * _LOG_2PI - math.log(self.sigma0)
-        lpr = -0.5 * rest.square().sum(1) * torch.exp(-x0) - 0.5 * (self.dim - 1) * (_LOG_2PI + x0)
+        lp0 = -0.5 * (x0 / self.sigma0).square() - 0.5 * LOG_2PI - math.log(self.sigma0)
+        lpr = -0.5 * rest.square().sum(1) * torch.exp(-x0) - 0.5 * (self.dim - 1) * (LOG_2PI + x0)
         return lp0 + lpr
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:

@@ -18,13 +18,13 @@ import torch
 
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import check_graph
-from gflownet_measure.config import ConfigError, parse_assignments, resolve
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
 from .common import WallClock, write_json
 from .memory import require_memory
 from .run_folder import RunFolder, load_run_config
+from .settings import ConfigError, build, parse_assignments, resolve
 
 PROG = "gflownet-measure"
 MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
@@ -139,15 +139,18 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
-    spec = get_environment(args.env)
-    cfg = resolve(spec.settings, parse_assignments(_flatten(args.assignments)))
+    try:
+        spec = get_environment(args.env)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    config = build(spec.config, resolve(spec.settings, parse_assignments(_flatten(args.assignments))))
     if args.samples < 2:
         raise ConfigError(f"--samples={args.samples} is out of range; valid: >= 2")
     _check_seed(args.seed)
     require_memory(spec.check_bytes * args.samples**2, f"--samples={args.samples}")
     seed_everything(args.seed)
-    graph = spec.make_graph(cfg)
-    pf, pb = spec.make_policies(graph, cfg)
+    graph = spec.make_graph(config)
+    pf, pb = spec.make_policies(graph, config)
     report = check_graph(graph, pf, pb, n=args.samples, method=args.method, seed=args.seed)
     print(report)
     return 0 if report.passed else 1

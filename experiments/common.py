@@ -15,17 +15,18 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.options import Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
+from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import Trainer, TrainingDiverged, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
 from .run_folder import load_run_config
+from .settings import ConfigError
 
-__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "final_samples"]
+__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "learned_log_Z", "final_samples"]
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -78,7 +79,7 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics.
 
     On resume a folder's ``config.json`` must hold the job's seed and settings (a run trained by ``gflownet-measure run``
-    with the same seed and settings qualifies): anything else raises :class:`~gflownet_measure.config.ConfigError`.
+    with the same seed and settings qualifies): anything else raises :class:`~experiments.settings.ConfigError`.
 
     With ``diverged_ok`` a run that stops on a non-finite loss or gradient (:class:`~gflownet_measure.training.TrainingDiverged`)
     is finished with the metrics ``{"diverged": message}`` instead of raising.
@@ -212,17 +213,27 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):
     return torch.optim.lr_scheduler.StepLR(optimizer, cfg["lr_milestone"], gamma=cfg["lr_gamma"])
 
 
-def train_gflownet(gfn: GFlowNet, graph: PointedGraph, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], lam: float = 0.9) -> list[dict]:
-    """Train ``gfn`` with ``OBJECTIVES[cfg["loss"]]`` on fresh batches of ``cfg["batch_size"]`` trajectories
-    (``cfg["epsilon"]``-uniform exploration), with the shared optimiser, schedule, clipping and checkpoints."""
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg["lr_flow"])
-    objective = OBJECTIVES[cfg["loss"]]
+def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None) -> list[dict]:
+    """Train ``gfn`` with ``objective`` (its hyper-parameters from ``cfg``) with the shared optimiser, schedule, clipping and checkpoints.
+
+    ``batches(step)`` gives the batch of update ``step``; by default ``objective.sample`` draws ``cfg["batch_size"]`` fresh
+    trajectories with ``cfg["epsilon"]``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`).
+    """
+    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg.get("lr_flow"))
+    hyper = objective.options(cfg)
+    batches = batches or (lambda step: objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"]))
 
     def step_fn(step: int):
-        return objective(gfn, graph, sample_forward(graph, gfn.pf, cfg["batch_size"], cfg["epsilon"]), lam)
+        return objective(gfn, batches(step), **hyper)
 
     trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
     return trainer.run(resume)
+
+
+def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> dict:
+    """``{"log_Z": value}`` read from ``gfn`` as ``objective`` defines it (:attr:`~gflownet_measure.objectives.Objective.log_Z`),
+    or ``{}`` for an objective that learns no log Z (the divergences, VarGrad)."""
+    return {} if objective.log_Z is None else {"log_Z": objective.log_Z(gfn, graph)}
 
 
 def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int) -> tuple[Trajectories, float, float]:

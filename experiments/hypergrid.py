@@ -7,21 +7,22 @@ import numpy as np
 import torch
 
 from environments import hypergrid as env
-from gflownet_measure.config import Setting
+from gflownet_measure.options import Setting
 from gflownet_measure.exact import enumerate_states, terminating_distribution
 from gflownet_measure.metrics import l1_distance
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
-from gflownet_measure.policies import StateFlow
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 
-from .common import TRAINING_SETTINGS, final_samples, train_gflownet
+from .common import TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
 from .memory import require_memory
 from .plots import plot_grid_pair, plot_history
 from .registry import Experiment, register
+from .settings import build
 
 SETTINGS = {
     **env.SETTINGS,
     **TRAINING_SETTINGS,
-    "loss": Setting("tb", "objective", choices=sorted(OBJECTIVES)),
+    "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False), aliases=("loss",)),
     "backward": Setting("uniform", "P_B: fixed uniform or learned", choices=("uniform", "learned")),
     "hidden": Setting(128, "MLP width", low=1),
     "n_layers": Setting(2, "MLP hidden layers", low=0),
@@ -37,38 +38,33 @@ PRESETS = {
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
-    graph = env.make_graph(cfg)
-    pf, pb = env.make_policies(graph, cfg, cfg["backward"], cfg["hidden"], cfg["n_layers"])
-    log_F = StateFlow(graph.encode, cfg["ndim"] * cfg["height"], cfg["hidden"], cfg["n_layers"]) if cfg["loss"] in ("db", "subtb") else None
+    space = build(env.HypergridConfig, cfg)
+    graph = env.make_graph(space)
+    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"])
+    objective = get_objective(cfg["objective"])
+    log_F = StateFlow(graph.encode, cfg["ndim"] * cfg["height"], cfg["hidden"], cfg["n_layers"]) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     states = enumerate_states(graph)
     log_R = graph.log_reward(states).double()
     target = torch.softmax(log_R, 0)
     log_Z_exact = float(torch.logsumexp(log_R, 0))
 
-    def learned_log_Z() -> float:
-        """log Z of the objective's parametrisation: a free parameter, or the out-flow of s0 under flow matching."""
-        if cfg["loss"] == "fm":
-            with torch.no_grad():
-                return float(pf(graph.source[None]).logits.logsumexp(1)[0])
-        return float(gfn.log_Z.detach())
-
     def evaluate() -> dict:
-        return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target), "log_Z": learned_log_Z()}
+        return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target)} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, cfg, out, resume, evaluate, cfg["subtb_lambda"])
+    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     np.savez(out / "samples.npz", x=traj.terminal.numpy().astype(np.int64))
     p_T = terminating_distribution(graph, pf, states)
     l1 = l1_distance(p_T, target)
-    plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['loss']}")
+    plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['objective']}")
     if cfg["ndim"] == 2:
         shape = (cfg["height"], cfg["height"])
-        plot_grid_pair(target.reshape(shape).numpy(), p_T.reshape(shape).numpy(), out / "distribution.png", f"{cfg['loss']}, P_B {cfg['backward']}: L1 = {l1:.3f}")
+        plot_grid_pair(target.reshape(shape).numpy(), p_T.reshape(shape).numpy(), out / "distribution.png", f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}")
     return {
         "l1_to_target": l1,
         "log_Z_exact": log_Z_exact,
-        "log_Z_learned": learned_log_Z(),
+        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "log_Z_lower_bound": lower,
         "log_Z_importance_weighted": iw,
         "seconds": history[-1]["seconds"],
@@ -80,7 +76,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 def validate(cfg: dict) -> None:
     """The grid's size, and the memory of one update: about 2.4 bytes per trajectory, step of the longest trajectory,
     unit and layer of the MLP (measured at 8 x 8, hidden 128, 2 layers: 9.9 KB per trajectory)."""
-    env.check_size(cfg)
+    build(env.HypergridConfig, cfg)  # the grid's size
     max_length = cfg["ndim"] * (cfg["height"] - 1) + 2
     require_memory(2.4 * cfg["batch_size"] * max_length * cfg["hidden"] * max(1, cfg["n_layers"]), f"batch_size={cfg['batch_size']}")
 

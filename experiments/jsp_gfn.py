@@ -26,10 +26,11 @@ from environments.dag_params.evaluation import graph_metrics, heldout_metrics, m
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
 from environments.dag_params.metrics import expected_shd, feature_metrics
-from environments.dag_params.objective import ParallelEnvs, transition_loss
+from environments.dag_params.objective import UNDIRECTED_SUBTB, ParallelEnvs, Transitions
 from environments.dag_params.space import join, split
 from gflownet_measure.buffers import TransitionBuffer
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.objectives import GFlowNet
+from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import Trainer, make_optimizer
 
@@ -37,6 +38,7 @@ from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
+from .settings import ConfigError, build
 
 BASELINES = {"gibbs": gibbs_mc3, "mh": mh_mc3}
 BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3"}
@@ -87,6 +89,14 @@ def exploration(cfg: dict, step: int) -> float:
     return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
 
 
+def _problem(cfg: dict) -> env.Problem:
+    """The data and model the settings name; data that cannot be read or modelled is a :class:`ConfigError`."""
+    try:
+        return env.make_problem(build(env.DagParamsConfig, cfg))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def _log_reward(model, cfg: dict):
     """``(adj, theta) -> log R`` for one update: the full-data reward, or the mini-batch estimate of eq. 13 on fresh rows (the same for both ends)."""
     M = cfg["batch_size_data"]
@@ -117,9 +127,11 @@ def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
-    problem = env.make_problem(cfg)
-    graph = env.make_graph(cfg, problem)
-    pf, pb = env.make_policies(graph, cfg, problem)
+    space = build(env.DagParamsConfig, cfg)
+    problem = _problem(cfg)
+    graph = env.make_graph(space, problem)
+    pf, pb = env.make_policies(graph, space, problem)
+    gfn, hyper = GFlowNet(pf, pb), UNDIRECTED_SUBTB.options(cfg)  # the objective's view of the policies; state holds what is trained
     model, d = problem.model, graph.kappa.d
     replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
     envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
@@ -144,7 +156,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             ema.update_parameters(pf)  # the weights after the previous update
         collect(exploration(cfg, step))
         s, s_next = replay.sample(cfg["batch_size"])
-        return transition_loss(pf, pb, _log_reward(model, cfg), s, s_next, cfg["theta_samples"], scale=model.n, delta=cfg["delta"], penalty=cfg["penalty"])
+        return UNDIRECTED_SUBTB(gfn, Transitions(s, s_next, _log_reward(model, cfg), model.n), **hyper)
 
     def scores(policy, prefix: str = "") -> dict:
         m = graph_metrics(policy, exact)[0]
@@ -184,7 +196,7 @@ def validate(cfg: dict, d: int | None = None) -> None:
     """The data (a user's CSV is read and checked), the replay batch against the buffer, and the memory of one update:
     about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
     64 to 256: 29.5 bytes per pair)."""
-    d = d or (env.make_problem(cfg).model.d if cfg["data"] else cfg["d"])
+    d = d or (_problem(cfg).model.d if cfg["data"] else cfg["d"])
     if cfg["batch_size"] > cfg["replay_capacity"]:
         raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
     if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from gflownet_measure.config import ConfigError
+from .settings import ConfigError
 
 __all__ = ["available_bytes", "require_memory"]
 
@@ -28,7 +28,7 @@ def available_bytes() -> int:
 
 
 def require_memory(estimate: float, setting: str) -> None:
-    """Raise a :class:`~gflownet_measure.config.ConfigError` naming ``setting`` when ``estimate`` bytes exceed the available memory."""
+    """Raise a :class:`~experiments.settings.ConfigError` naming ``setting`` when ``estimate`` bytes exceed the available memory."""
     free = available_bytes()
     if estimate > free:
         raise ConfigError(f"{setting} needs about {estimate / 2**30:,.1f} GiB of memory at its peak (estimated), and {free / 2**30:,.1f} GiB is available; lower it")

@@ -19,22 +19,24 @@ import torch
 from torch import Tensor
 
 from environments import quarter_disc as env
-from gflownet_measure.config import Setting
+from gflownet_measure.densities import Policy
+from gflownet_measure.options import Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
-from gflownet_measure.objectives import GFlowNet
-from gflownet_measure.policies import Policy, StateFlow
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import sample_backward, sample_forward
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, final_samples, run_many, train_gflownet
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, final_samples, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, register
+from .settings import build
 
 SETTINGS = {
     **env.SETTINGS,
     **TRAINING_SETTINGS,
-    "loss": Setting("tb", "objective", choices=("tb", "db")),
+    "objective": Setting("tb", "training objective (gflownet_measure.objectives; flow matching needs atoms only)", choices=objective_names(divergence=False, continuous=True), aliases=("loss",)),
     "backward": Setting("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned")),
     "hidden": Setting(128, "MLP width", low=1),
     "n_layers": Setting(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0),
@@ -112,26 +114,28 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
 
 def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
-    graph = env.make_graph(cfg)
-    pf, pb = env.make_policies(graph, cfg, cfg["backward"], cfg["hidden"], cfg["n_layers"])
-    log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if cfg["loss"] == "db" else None
+    space = build(env.QuarterDiscConfig, cfg)
+    graph = env.make_graph(space)
+    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"])
+    objective = get_objective(cfg["objective"])
+    log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
 
     def evaluate() -> dict:
-        return ref.jsd(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | {"log_Z": float(gfn.log_Z.detach())}
+        return ref.jsd(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, cfg, out, resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
     np.savez(out / "samples.npz", x=x.numpy())
-    label = f"rho={cfg['rho']}, {cfg['loss']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
+    label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     if figure2:
         _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
     return ref.jsd(x) | ref.floors() | {
         "log_Z_exact": env.LOG_Z,
-        "log_Z_learned": float(gfn.log_Z.detach()),
+        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "log_Z_lower_bound": lower,
         "log_Z_importance_weighted": iw,
         "seconds": history[-1]["seconds"],
@@ -153,7 +157,7 @@ register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture 
 # --- Figure 1 (b, c) and Figure 2: the 8 configurations over seeds -----------------------------------------
 
 CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
-FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("loss", "backward", "rho")} | {
+FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("objective", "backward", "rho")} | {
     "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
     "jobs": JOBS_SETTING,
 }
@@ -201,7 +205,7 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     finals: dict[str, list[dict]] = {}
     common = {key: v for key, v in cfg.items() if key not in ("seeds", "jobs")}
     jobs = [
-        SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"loss": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
+        SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"objective": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
         for loss, backward, rho in CONFIGS
         for k in range(cfg["seeds"])
     ]

@@ -5,20 +5,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.options import Setting
+
+from .settings import ConfigError
 
 __all__ = ["Experiment", "EXPERIMENTS", "register", "get_experiment"]
 
 
 def _accept(cfg: dict) -> None:
-    """The default check: the settings' own types and ranges (:func:`~gflownet_measure.config.resolve`) are all there is."""
+    """The default check: the settings' own types and ranges (:func:`~experiments.settings.resolve`) are all there is."""
 
 
 @dataclass(frozen=True)
 class Experiment:
     """``run(cfg, out_dir, resume)`` writes config.json, history.jsonl, samples.npz, checkpoint.pt, PNGs, then metrics.json last.
 
-    ``validate(cfg)`` raises :class:`~gflownet_measure.config.ConfigError` for settings that are each in range but do not
+    ``validate(cfg)`` raises :class:`~experiments.settings.ConfigError` for settings that are each in range but do not
     go together, inputs that cannot be read, or a batch that cannot fit in memory; the command line calls it before it
     touches the run folder, so a bad setting never costs a finished run. ``multi_run``: the run trains sub-runs in
     sub-folders (their checkpoints are there, not in ``out``).

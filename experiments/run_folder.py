@@ -16,8 +16,9 @@ import os
 import shutil
 from pathlib import Path
 
-from gflownet_measure.config import ConfigError
 from gflownet_measure.training import CHECKPOINTS
+
+from .settings import ConfigError
 
 __all__ = ["RunFolder", "RUN_FILES", "load_run_config"]
 

@@ -19,31 +19,32 @@ estimate minus the exact log Z (0 for both targets). For the mixture also the sa
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from baselines.smc import annealed_smc
 from environments import sde as env
 from environments.sde_targets import TARGETS
-from gflownet_measure.config import ConfigError, Setting
+from gflownet_measure.options import Setting
+from gflownet_measure.gaussian import LOG_2PI
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
-from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
-from gflownet_measure.rollout import Scores, log_densities, rollout, sample_backward, sample_forward, score
-from gflownet_measure.smc import annealed_smc
-from gflownet_measure.training import Trainer, TrainingDiverged, make_optimizer
+from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
+from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
+from gflownet_measure.training import TrainingDiverged
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
+from .settings import ConfigError, build
 
 SETTINGS = {
     **env.SETTINGS,
     **{k: v for k, v in TRAINING_SETTINGS.items() if k != "lr_flow"},  # no state flow here
-    "objective": Setting("tb", "training objective", choices=("tb", "reverse_kl", "forward_kl")),
+    "objective": Setting("tb", "training objective (gflownet_measure.objectives; those without a state flow)", choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow)),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
     "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel)", low=0),
@@ -60,20 +61,21 @@ PAPER_K = {"gmm9": 2000, "funnel": 6000}
 def _validate(cfg: dict) -> None:
     """Settings that do not go together, and the memory of one update: about 3.6 KB per trajectory and time step at
     width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
-    if cfg["regime"] == "target" and cfg["objective"] == "reverse_kl":
-        raise ConfigError("regime=target (exact samples walked back with P_B) does not apply to objective=reverse_kl; valid: on, off")
+    if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
+        raise ConfigError(f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off")
     require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
-def build(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
+def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
     """The graph and a fresh GFlowNet (P_F, the Brownian-bridge P_B, log Z = 0) for ``cfg``."""
     _validate(cfg)
-    graph = env.make_graph(cfg)
-    pf, pb = env.make_policies(graph, cfg)
+    space = build(env.SDEConfig, cfg)
+    graph = env.make_graph(space)
+    pf, pb = env.make_policies(graph, space)
     return graph, GFlowNet(pf, pb)
 
 
-def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict):
+def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
     """Exact target samples walked back to s0 with P_B, scored so that :math:`q = R P_B` (weights uniform, log Z = 0)."""
     target = TARGETS[cfg["target"]]
     x = target.sample(cfg["batch_size"])
@@ -83,7 +85,7 @@ def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict):
     log_q = log_pb.detach().clone()
     last = traj.length - 1
     log_q[last, torch.arange(len(last))] += traj.log_R  # the step into the sink carries log R: sum_t log q = log R + sum_t log P_B
-    return traj, Scores(log_pf, log_pb, log_q)
+    return Batch(graph, traj, Scores(log_pf, log_pb, log_q))
 
 
 def exploration_noise(cfg: dict, step: int) -> float:
@@ -97,31 +99,22 @@ def exploration_noise(cfg: dict, step: int) -> float:
     if cfg["regime"] != "off":
         return 0.0
     eps = cfg["exploration"] * max(0.0, 1.0 - step / cfg["steps"])
-    return eps**2 * cfg["n_steps"] / env.sigma_of(cfg) ** 2
+    return eps**2 * cfg["n_steps"] / env.sigma_of(build(env.SDEConfig, cfg)) ** 2
 
 
-def make_step(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
-    """``step -> loss`` of one training iteration: a fresh batch of ``batch_size`` trajectories, all stepping together.
+def make_batches(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
+    """``step -> batch`` of one training iteration: ``batch_size`` fresh trajectories, all stepping together, drawn as the
+    objective needs them (:meth:`~gflownet_measure.objectives.Objective.sample`: reparametrised on-policy for the
+    path-wise reverse KL, else without gradients and scored by one batched call of each policy), with the regime's
+    exploration noise; or, ``regime=target``, exact target samples walked back with P_B."""
+    objective = get_objective(cfg["objective"])
 
-    Reparametrised (on-policy reverse KL): one policy call per time step, scored on the way, the states carrying
-    gradients. Otherwise the batch is drawn without gradients (one policy call per time step) and then scored by
-    one batched call of each policy over all ``T x B`` transitions (:func:`~gflownet_measure.rollout.score`).
-    """
-    objective = (OBJECTIVES | DIVERGENCES)[cfg["objective"]]
-    reparametrise = cfg["objective"] == "reverse_kl" and cfg["regime"] == "on"
-
-    def step_fn(step: int):
+    def batches(step: int) -> Batch:
         if cfg["regime"] == "target":
-            traj, scores = _target_batch(graph, gfn, cfg)
-        elif reparametrise:
-            traj, scores = rollout(graph, gfn.pf, cfg["batch_size"], pb=gfn.pb, reparametrise=True)
-        else:
-            noise = exploration_noise(cfg, step)
-            traj = sample_forward(graph, gfn.pf, cfg["batch_size"], noise=noise)
-            scores = score(traj, gfn.pf, gfn.pb, noise=noise)
-        return objective(gfn, graph, traj, scores=scores)
+            return _target_batch(graph, gfn, cfg)
+        return objective.sample(graph, gfn, cfg["batch_size"], noise=exploration_noise(cfg, step))
 
-    return step_fn
+    return batches
 
 
 def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 2000) -> dict:
@@ -147,22 +140,21 @@ def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
     if target_name == "gmm9":
         dens = target.log_prob(pts).exp()
     else:  # marginal of (x0, x1): N(x0; 0, 1) N(x1; 0, e^{x0})
-        dens = (-0.5 * pts[:, 0] ** 2 - 0.5 * pts[:, 1] ** 2 * torch.exp(-pts[:, 0]) - 0.5 * pts[:, 0] - math.log(2 * math.pi)).exp()
+        dens = (-0.5 * pts[:, 0] ** 2 - 0.5 * pts[:, 1] ** 2 * torch.exp(-pts[:, 0]) - 0.5 * pts[:, 0] - LOG_2PI).exp()
     ref = target.sample(len(x), torch.Generator().manual_seed(0)).numpy()
     plot_sample_panels(dens.reshape(200, 200).numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
-    graph, gfn = build(cfg)
+    graph, gfn = make_gflownet(cfg)
+    objective = get_objective(cfg["objective"])
     K = cfg["eval_samples"] or PAPER_K[cfg["target"]]
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"])
 
     def evaluate() -> dict:
         b = evaluate_bounds(gfn, graph, min(K, 1000))
-        return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"], "log_Z": float(gfn.log_Z.detach())}
+        return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"]} | learned_log_Z(objective, gfn, graph)
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), make_step(gfn, graph, cfg), evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
-    history = trainer.run(resume)
+    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate, make_batches(gfn, graph, cfg))
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").numpy()
     np.savez(out / "samples.npz", x=x)
@@ -174,7 +166,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         "log_Z_exact": target.log_Z,
         "bias_lower_bound": final["log_Z_lower_bound"] - target.log_Z,
         "bias_importance_weighted": final["log_Z_importance_weighted"] - target.log_Z,
-        "log_Z_learned": float(gfn.log_Z.detach()),
+        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "eval_samples": K,
         "seconds": history[-1]["seconds"],
         "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included

@@ -24,10 +24,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .densities import Policy, UniformPolicy
 from .exact import index_of
 from .graph import PointedGraph
 from .measures import WeightedPoints
-from .policies import Policy, UniformPolicy
 from .rollout import sample_backward, sample_forward
 
 __all__ = ["CheckResult", "Report", "check_graph", "integrate", "Z_SCORE"]

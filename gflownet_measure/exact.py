@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .densities import Policy
 from .graph import PointedGraph
 from .measures import Measure
-from .policies import Policy
 
 __all__ = ["enumerate_states", "index_of", "transition_matrix", "terminating_distribution", "exact_flows", "TabularPolicy"]
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["Box", "Atoms", "Piece", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
+from .gaussian import LOG_2PI
+
+__all__ = ["Box", "Atoms", "Piece", "SupportPoint", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
 
 
 @functools.lru_cache(maxsize=64)
@@ -95,7 +98,7 @@ class Box:
             elif not math.isfinite(lo) and not math.isfinite(hi):
                 z = torch.randn(n, dtype=dtype, generator=generator) * self.proposal_scale
                 cols.append(z)
-                lw = lw + 0.5 * (z / self.proposal_scale) ** 2 + math.log(self.proposal_scale) + 0.5 * math.log(2 * math.pi)
+                lw = lw + 0.5 * (z / self.proposal_scale) ** 2 + math.log(self.proposal_scale) + 0.5 * LOG_2PI
             else:
                 raise ValueError("Monte Carlo on a half-infinite coordinate is not supported")
         return torch.stack(cols, -1), lw - math.log(n)
@@ -137,6 +140,14 @@ class Piece:
     chart: "Chart"  # noqa: F821 (gflownet_measure.transforms.Chart)
     context: Tensor
     mask: Tensor
+
+
+class SupportPoint(NamedTuple):
+    """Points of a batched measure's support, named by their component: ``comp [B]`` (atom ``k`` or piece ``K + c``;
+    -1 for a point outside the support) and, per piece, the chart coordinates ``u`` of the rows on it (in row order; ``None`` if none)."""
+
+    comp: Tensor
+    u: tuple[Tensor | None, ...]
 
 
 @dataclass(frozen=True)
@@ -184,18 +195,18 @@ class Measure:
         """``[B]`` bool: the measure has no atom and no piece (e.g. kappa_b(s0, .), eq. 5)."""
         return ~self.component_mask().any(1)
 
-    def locate(self, x: Tensor, sink: Tensor) -> Tensor:
+    def component_of(self, x: Tensor, sink: Tensor) -> Tensor:
         """``[B]`` long: the component (atom ``k`` or piece ``K + c``) whose support holds ``x``, -1 if none.
 
         Atoms match by equality (and the sink flag), pieces by ``chart.contains``; the first match wins.
         """
-        return self.locate_coordinates(x, sink)[0]
+        return self.point_of(x, sink).comp
 
-    def locate_coordinates(self, x: Tensor, sink: Tensor) -> tuple[Tensor, tuple]:
-        """:meth:`locate`, and per piece the chart coordinates ``u`` of the rows located on it (in row order; ``None`` if none).
+    def point_of(self, x: Tensor, sink: Tensor) -> SupportPoint:
+        """``x`` as a :class:`SupportPoint`: :meth:`component_of`, and per piece the chart coordinates ``u`` of the rows on it.
 
-        The coordinates are those ``chart.locate`` computed to test membership, so a density evaluated
-        at located points (:meth:`~gflownet_measure.policies.KernelDensity.log_prob`) inverts each chart once.
+        The coordinates are those :meth:`~gflownet_measure.transforms.Chart.coordinates_of` computed to test membership, so a density
+        evaluated at these points (:meth:`~gflownet_measure.densities.KernelDensity.log_prob`) inverts each chart once.
         """
         a = self.atoms
         hit = [a.mask & (a.sink == sink[:, None]) & (sink[:, None] | (a.x == x[:, None, :]).all(-1))]
@@ -204,8 +215,8 @@ class Measure:
             on = p.mask & ~sink  # only these rows can lie on the piece: test them alone
             rows, u = on.nonzero()[:, 0], None
             if len(rows):
-                ok, u = p.chart.locate(p.context[rows], x[rows])
-                on = on.index_put((rows,), ok)
+                inside, u = p.chart.coordinates_of(p.context[rows], x[rows])
+                on = on.index_put((rows,), inside)
             hit.append(on[:, None])
             tested.append((rows, u))
         hit = torch.cat(hit, 1)
@@ -215,7 +226,7 @@ class Measure:
         for c, (rows, u) in enumerate(tested):
             mine = comp[rows] == K + c
             us.append(u[mine] if u is not None and bool(mine.any()) else None)
-        return comp, tuple(us)
+        return SupportPoint(comp, tuple(us))
 
     def weighted_points(self, n: int = 256, method: str = "mc", generator=None, proposals: dict | None = None) -> WeightedPoints:
         """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``
@@ -240,7 +251,7 @@ class Measure:
                 loc, scale = (v.double() for v in proposals[c])
                 z = torch.randn(B, n, loc.shape[1], dtype=torch.float64, generator=generator)
                 u = loc[:, None] + scale[:, None] * z  # [B, M, k]
-                lw = (0.5 * z.square() + scale[:, None].log() + 0.5 * math.log(2 * math.pi)).sum(-1) - math.log(n)
+                lw = (0.5 * z.square() + scale[:, None].log() + 0.5 * LOG_2PI).sum(-1) - math.log(n)
             elif method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
                 u1, lw1 = p.chart.domain.weighted_points(n * B, method, generator=generator)
                 u, lw = u1.reshape(B, n, -1), lw1.reshape(B, n) + math.log(B)

@@ -1,26 +1,41 @@
-"""Training objectives: the losses of :mod:`gflownet_measure.losses` applied to a GFlowNet's modules.
+"""Training objectives as registered values: the losses of :mod:`gflownet_measure.losses` applied to a GFlowNet's modules.
 
-Each objective is a function ``(gfn, graph, traj, lam=0.9, penalty=square, scores=None) -> loss``
-registered in ``OBJECTIVES``; none of them sees anything environment-specific. ``scores`` are the
-log-densities of ``traj``: recorded by a scored :func:`~gflownet_measure.rollout.rollout` while sampling
-(one policy call per step; needed when the states are reparametrised), or computed afterwards by
-:func:`~gflownet_measure.rollout.score` (one batched call per policy); without them the balance objectives
-evaluate the policies once on all transitions (:func:`~gflownet_measure.rollout.log_densities`). The
-divergences of section 4.2 need them: their importance weights use the behaviour density ``log q``.
+An :class:`Objective` is a loss ``objective(gfn, batch, **hyper) -> Tensor`` together with what it needs, so that
+an experiment asks the objective instead of deciding for it:
+
+- ``needs_flow``: a state-flow network :math:`\\log F` w.r.t. :math:`\\nu` (DB, SubTB);
+- ``needs_scores``: the log-densities of the batch under the behaviour policy, :math:`\\log q` (the divergences of
+  Lahlou et al. 2023, section 4.2: their importance weights are :math:`P_F / q`);
+- ``pathwise``: on-policy, the gradient flows through reparametrised states (the reverse KL of PIS, Zhang & Chen 2022);
+- ``atoms_only``: the kernels must be sums of atoms (FM: its in- and out-flow integrals are sums);
+- ``batch``: what one update consumes, ``"trajectories"`` (:class:`Batch`) or ``"transitions"`` (replayed edges, as
+  JSP-GFN's undirected SubTB, registered by :mod:`environments.dag_params.objective`);
+- ``log_Z``: how :math:`\\log Z` is read from the trained modules (the free parameter, the out-flow of :math:`s_0`
+  under FM, or ``None`` when the objective learns none);
+- ``hyper``: its hyper-parameters with their defaults, named as the settings that set them (``subtb_lambda``).
+
+:meth:`Objective.sample` draws the batch an objective needs from a behaviour policy :math:`q = (1-\\epsilon)\\tilde P_F +
+\\epsilon U` (:func:`~gflownet_measure.rollout.rollout`). Adding an objective is one :func:`register` call
+(docs/objectives.md walks through VarGrad).
 """
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from . import losses
-from .policies import Policy
-from .rollout import Scores, log_densities
+from .graph import PointedGraph
+from .metrics import log_weights
+from .rollout import Scores, log_densities, rollout, sample_forward, score
 from .trajectories import Trajectories
 
-__all__ = ["GFlowNet", "OBJECTIVES", "DIVERGENCES"]
+if TYPE_CHECKING:
+    from .densities import Policy
+
+__all__ = ["GFlowNet", "Batch", "Objective", "OBJECTIVES", "register", "get_objective", "objective_names"]
 
 
 class GFlowNet(nn.Module):
@@ -46,49 +61,148 @@ class GFlowNet(nn.Module):
         return torch.where(at_sink, traj.log_R[None].expand(T1, B), out)
 
 
-def _densities(gfn, traj, scores: Scores | None) -> tuple[Tensor, Tensor]:
-    return (scores.log_pf, scores.log_pb) if scores is not None else log_densities(traj, gfn.pf, gfn.pb)
+class Batch(NamedTuple):
+    """What a trajectory objective is evaluated on.
+
+    Attributes:
+        graph: the pointed graph the trajectories live on.
+        traj: the trajectories.
+        scores: their log-densities :math:`(\\log P_F, \\log P_B, \\log q)` when recorded (a scored rollout, or
+            :func:`~gflownet_measure.rollout.score`); ``None``: the balance objectives evaluate the policies once on
+            all transitions (:func:`~gflownet_measure.rollout.log_densities`).
+        pathwise: the states are reparametrised draws of :math:`P_F` itself, differentiable in its parameters.
+    """
+
+    graph: PointedGraph
+    traj: Trajectories
+    scores: Scores | None = None
+    pathwise: bool = False
 
 
-def _tb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    log_pf, log_pb = _densities(gfn, traj, scores)
-    return penalty(losses.tb_residual(gfn.log_Z, log_pf, log_pb, traj.log_R, traj.mask)).mean()
+def _parameter_log_Z(gfn: GFlowNet, graph: PointedGraph) -> float:
+    """The free parameter :math:`\\log Z` (TB, DB, SubTB: the flow at :math:`s_0`)."""
+    return float(gfn.log_Z.detach())
 
 
-def _db(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    log_pf, log_pb = _densities(gfn, traj, scores)
-    return losses.masked_mean(penalty(losses.db_residuals(gfn.flows(traj), log_pf, log_pb)), traj.mask)
+def _out_flow_log_Z(gfn: GFlowNet, graph: PointedGraph) -> float:
+    """Under FM the logits of :math:`P_F` are log edge flows: :math:`\\log Z = \\log \\sum_{s'} F(s_0 \\to s')`."""
+    with torch.no_grad():
+        return float(gfn.pf(graph.source[None]).logits.logsumexp(1)[0])
 
 
-def _subtb(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    log_pf, log_pb = _densities(gfn, traj, scores)
-    return losses.subtb_loss(gfn.flows(traj), log_pf, log_pb, traj.length, lam, penalty)
+@dataclass(frozen=True)
+class Objective:
+    """A registered training objective; see the module docstring for what each field declares."""
+
+    name: str
+    loss: Callable[..., Tensor]
+    summary: str
+    divergence: bool = False
+    needs_flow: bool = False
+    needs_scores: bool = False
+    pathwise: bool = False
+    atoms_only: bool = False
+    batch: str = "trajectories"
+    log_Z: Callable[[GFlowNet, PointedGraph], float] | None = _parameter_log_Z
+    hyper: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, gfn: GFlowNet, batch: Any, **hyper: Any) -> Tensor:
+        """The loss on ``batch`` (a :class:`Batch`, or the batch type the objective names), a scalar."""
+        unknown = sorted(set(hyper) - set(self.hyper))
+        if unknown:
+            raise ValueError(f"objective {self.name!r} has no hyper-parameter {', '.join(unknown)}; valid: {', '.join(self.hyper) or 'none'}")
+        if self.needs_scores and getattr(batch, "scores", None) is None:
+            raise ValueError(f"the {self.name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...) or score the sampled trajectories with rollout.score(traj, pf, pb, epsilon, noise)")
+        return self.loss(gfn, batch, **{**self.hyper, **hyper})
+
+    def options(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The hyper-parameters that ``settings`` sets (by name); the others keep their defaults."""
+        return {k: settings[k] for k in self.hyper if k in settings}
+
+    def sample(self, graph: PointedGraph, gfn: GFlowNet, n: int, epsilon: float = 0.0, noise: float = 0.0) -> Batch:
+        """``n`` trajectories from :math:`q = (1-\\epsilon)\\tilde P_F + \\epsilon U` (``noise``: extra variance of
+        :math:`\\tilde P_F`'s Gaussian coordinates), in the form this objective needs.
+
+        On-policy (``epsilon = noise = 0``) a ``pathwise`` objective gets reparametrised trajectories scored while they
+        are drawn (one policy call per step); otherwise the batch is drawn without gradients and, if the objective
+        ``needs_scores``, scored by one batched call per policy (:func:`~gflownet_measure.rollout.score`).
+        """
+        if self.batch != "trajectories":
+            raise ValueError(f"objective {self.name!r} trains on {self.batch}, not on sampled trajectories")
+        if self.pathwise and epsilon == 0 and noise == 0:
+            traj, scores = rollout(graph, gfn.pf, n, pb=gfn.pb, reparametrise=True)
+            return Batch(graph, traj, scores, pathwise=True)
+        traj = sample_forward(graph, gfn.pf, n, epsilon, noise)
+        return Batch(graph, traj, score(traj, gfn.pf, gfn.pb, epsilon, noise) if self.needs_scores else None)
 
 
-def _path_sums(traj, scores: Scores | None, name: str) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-trajectory :math:`\\log P_F`, :math:`\\log q` and :math:`w = \\log R + \\log P_B - \\log P_F` ``[B]``."""
-    if scores is None:
-        raise ValueError(f"the {name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...) or score the sampled trajectories with rollout.score(traj, pf, pb, epsilon, noise)")
-    m = traj.mask
-    log_pf, log_pb, log_q = ((v * m).sum(0) for v in scores)
-    return log_pf, log_q, traj.log_R + log_pb - log_pf
+OBJECTIVES: dict[str, Objective] = {}
+"""Every registered objective, by name."""
 
 
-def _reverse_kl(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    """Path-wise :math:`\\mathrm{KL}(P_F \\| P^*)` on reparametrised on-policy trajectories; score-function with importance weights otherwise."""
-    log_pf, log_q, log_w = _path_sums(traj, scores, "reverse_kl")
-    if traj.states.requires_grad:
-        return losses.reverse_kl(log_w)
-    return losses.reverse_kl_iw(log_pf, log_q, log_w)
+def register(objective: Objective) -> Objective:
+    """Add ``objective`` to :data:`OBJECTIVES` (a name is registered once)."""
+    if objective.name in OBJECTIVES:
+        raise ValueError(f"an objective named {objective.name!r} is already registered")
+    OBJECTIVES[objective.name] = objective
+    return objective
 
 
-def _forward_kl(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    log_pf, log_q, log_w = _path_sums(traj, scores, "forward_kl")
-    return losses.forward_kl_iw(log_pf, log_q, log_w)
+def get_objective(name: str) -> Objective:
+    """The registered objective ``name``; ``ValueError`` naming the valid ones otherwise."""
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; valid: {', '.join(sorted(OBJECTIVES))}")
+    return OBJECTIVES[name]
 
 
-def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
-    """Flow matching at every visited state plus reward matching at its sink edge; the logits of P_F are log edge flows."""
+def objective_names(divergence: bool | None = None, continuous: bool = False, batch: str = "trajectories") -> tuple[str, ...]:
+    """Sorted names of the registered objectives on ``batch``: balance conditions only (``divergence=False``), divergences
+    only (``True``) or both (``None``); with ``continuous`` only those that run on kernels with continuous pieces."""
+    return tuple(sorted(n for n, o in OBJECTIVES.items() if o.batch == batch and (divergence is None or o.divergence == divergence) and not (continuous and o.atoms_only)))
+
+
+# --- The balance conditions of Definition 7 (zero exactly at a solution) ------------------------------------
+
+
+def _densities(gfn: GFlowNet, batch: Batch) -> tuple[Tensor, Tensor]:
+    return (batch.scores.log_pf, batch.scores.log_pb) if batch.scores is not None else log_densities(batch.traj, gfn.pf, gfn.pb)
+
+
+def _tb(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """:math:`\\mathbb E_\\tau[\\delta_{TB}(\\tau)^2]` (eq. 19)."""
+    log_pf, log_pb = _densities(gfn, batch)
+    return losses.square(losses.tb_residual(gfn.log_Z, log_pf, log_pb, batch.traj.log_R, batch.traj.mask)).mean()
+
+
+def _db(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """Mean of :math:`\\delta_{DB}(s_t, s_{t+1})^2` over transitions (eq. 18)."""
+    log_pf, log_pb = _densities(gfn, batch)
+    return losses.masked_mean(losses.square(losses.db_residuals(gfn.flows(batch.traj), log_pf, log_pb)), batch.traj.mask)
+
+
+def _subtb(gfn: GFlowNet, batch: Batch, subtb_lambda: float) -> Tensor:
+    """:math:`\\lambda^{j-i}`-weighted mean of :math:`\\delta_{ij}^2` over sub-trajectories (Madan et al. 2023)."""
+    log_pf, log_pb = _densities(gfn, batch)
+    return losses.subtb_loss(gfn.flows(batch.traj), log_pf, log_pb, batch.traj.length, subtb_lambda, losses.square)
+
+
+def _vargrad(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """The log-variance loss (Richter et al. 2020, VarGrad; Zhang et al. 2023): TB with :math:`\\log Z` replaced by the
+    batch mean of :math:`w = \\log R + \\sum_t \\log P_B - \\sum_t \\log P_F`,
+
+    .. math:: \\mathcal L = \\frac1B \\sum_b \\big(w_b - \\bar w\\big)^2,
+
+    zero exactly when :math:`w` is constant along the batch's trajectories, i.e. at a solution of eq. 19 with
+    :math:`\\log Z = \\bar w`. No :math:`\\log Z` is learned.
+    """
+    log_pf, log_pb = _densities(gfn, batch)
+    w = log_weights(batch.traj.log_R, log_pf, log_pb, batch.traj.mask)
+    return (w - w.mean()).square().mean()
+
+
+def _fm(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """Flow matching at every visited state plus reward matching at its sink edge (eq. 17); the logits of P_F are log edge flows."""
+    graph, traj = batch.graph, batch.traj
     s = traj.states[~traj.sink]  # visited states, s0 included
     out = gfn.pf(s)
     atoms = out.measure.atoms
@@ -105,10 +219,33 @@ def _fm(gfn, graph, traj, lam: float = 0.9, penalty=losses.square, scores=None):
     log_in = torch.full(parents.mask.shape, float("-inf"), dtype=flows_in.dtype, device=flows_in.device)
     log_in[parents.mask] = flows_in
     fm = losses.fm_residual(log_in, parents.mask, out.logits[inner], atoms.mask[inner])
-    return penalty(fm).mean() + penalty(rm).mean()
+    return losses.square(fm).mean() + losses.square(rm).mean()
 
 
-OBJECTIVES: dict[str, Callable[..., Tensor]] = {"tb": _tb, "db": _db, "subtb": _subtb, "fm": _fm}
-"""The balance conditions of Definition 7: zero exactly at a solution."""
-DIVERGENCES: dict[str, Callable[..., Tensor]] = {"reverse_kl": _reverse_kl, "forward_kl": _forward_kl}
-"""Divergences between the forward and the target path measures (section 4.2): minimised, not zero, at a solution."""
+# --- Divergences between path measures (section 4.2): minimised, not zero, at a solution ----------------------
+
+
+def _path_sums(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-trajectory :math:`\\log P_F`, :math:`\\log q` and :math:`w = \\log R + \\sum_t \\log P_B - \\sum_t \\log P_F` ``[B]``."""
+    m, (log_pf, log_pb, log_q) = batch.traj.mask, batch.scores
+    return (log_pf * m).sum(0), (log_q * m).sum(0), log_weights(batch.traj.log_R, log_pf, log_pb, m)
+
+
+def _reverse_kl(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """:math:`\\mathrm{KL}(P_F \\| P^*)`: path-wise on a reparametrised on-policy batch, score-function with importance weights otherwise."""
+    log_pf, log_q, log_w = _path_sums(batch)
+    return losses.reverse_kl(log_w) if batch.pathwise else losses.reverse_kl_iw(log_pf, log_q, log_w)
+
+
+def _forward_kl(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """:math:`\\mathrm{KL}(P^* \\| P_F)` by self-normalised importance weights of the behaviour policy's trajectories."""
+    return losses.forward_kl_iw(*_path_sums(batch))
+
+
+register(Objective("tb", _tb, "trajectory balance with a learned log Z (Malkin et al. 2022; eq. 19)"))
+register(Objective("db", _db, "detailed balance with a learned state flow (Bengio et al. 2023; eq. 18)", needs_flow=True))
+register(Objective("subtb", _subtb, "sub-trajectory balance, lambda^(j-i)-weighted (Madan et al. 2023)", needs_flow=True, hyper={"subtb_lambda": 0.9}))
+register(Objective("fm", _fm, "flow matching and reward matching on log edge flows (Bengio et al. 2021; eq. 17)", atoms_only=True, log_Z=_out_flow_log_Z))
+register(Objective("vargrad", _vargrad, "log-variance of the log-weights, TB with log Z the batch mean (Richter et al. 2020)", log_Z=None))
+register(Objective("reverse_kl", _reverse_kl, "KL(P_F || P*): path-wise on-policy, importance-weighted score function off-policy (section 4.2)", divergence=True, needs_scores=True, pathwise=True, log_Z=None))
+register(Objective("forward_kl", _forward_kl, "KL(P* || P_F) by self-normalised importance weights (section 4.2)", divergence=True, needs_scores=True, log_Z=None))

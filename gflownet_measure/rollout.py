@@ -8,8 +8,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .densities import KernelDensity, Policy, uniform_density
 from .graph import PointedGraph
-from .policies import Draw, KernelDensity, Policy, tied, uniform_density
+from .measures import SupportPoint
+from .networks import tied
 from .trajectories import Trajectories
 
 __all__ = ["Scores", "rollout", "sample_forward", "sample_backward", "score", "log_densities", "behaviour_log_prob"]
@@ -49,7 +51,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
 
     The behaviour policy is :math:`q = (1-\\epsilon) \\tilde P_F + \\epsilon U` with :math:`\\tilde P_F`
     the policy with ``noise`` added to the variance of its Gaussian coordinates
-    (:meth:`~gflownet_measure.policies.KernelDensity.widened`). One call of ``pf`` per step gives the
+    (:meth:`~gflownet_measure.densities.KernelDensity.widened`). One call of ``pf`` per step gives the
     sample, :math:`\\log P_F` (of the unperturbed policy, with gradients in its parameters) and
     :math:`\\log q`; ``pb`` is called once per step on the new states. With ``reparametrise`` the
     states themselves are differentiable (reverse-KL training, Lahlou et al. 2023 section 4.2), and so
@@ -74,7 +76,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
         nx, ns, drawn = behaviour.draw(epsilon, reparametrise)
         draws.append(drawn)
         if pb is not None:
-            log_pf = density.log_prob_of(drawn)
+            log_pf = density.log_prob_at(drawn)
             log_q = behaviour_log_prob(density, behaviour, drawn, log_pf, epsilon)
             into = ~ns
             log_pb = torch.zeros_like(log_pf)
@@ -96,13 +98,13 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
     return traj, (Scores(torch.stack(lpf), torch.stack(lpb), torch.stack(lq)) if pb is not None else None)
 
 
-def _concat_draws(draws: list[Draw]) -> Draw:
-    """The per-step draws of a rollout as one :class:`Draw` over its transitions, time-major (the order of ``states[:-1][mask]``)."""
+def _concat_draws(draws: list[SupportPoint]) -> SupportPoint:
+    """The per-step draws of a rollout as one :class:`~gflownet_measure.measures.SupportPoint` over its transitions, time-major (the order of ``states[:-1][mask]``)."""
     us = []
     for c in range(len(draws[0].u)):
         present = [d.u[c] for d in draws if d.u[c] is not None]
         us.append(torch.cat(present) if present else None)
-    return Draw(torch.cat([d.comp for d in draws]), tuple(us))
+    return SupportPoint(torch.cat([d.comp for d in draws]), tuple(us))
 
 
 def _unrecorded(walk):
@@ -166,17 +168,17 @@ def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
     return Trajectories(states, t >= n_states[None, :], graph.checked_log_reward(x)).trimmed()
 
 
-def behaviour_log_prob(density: KernelDensity, behaviour: KernelDensity, drawn: Draw, log_pf: Tensor, epsilon: float) -> Tensor:
+def behaviour_log_prob(density: KernelDensity, behaviour: KernelDensity, drawn: SupportPoint, log_pf: Tensor, epsilon: float) -> Tensor:
     """:math:`\\log q` ``[B]`` (detached) of the behaviour policy at ``drawn``, given :math:`\\log P_F` there.
 
     .. math:: q = (1 - \\epsilon)\\, \\tilde P_F + \\epsilon\\, U,
 
     :math:`\\tilde P_F` = ``behaviour`` (``density`` itself on-policy, or widened by exploration noise), ``U`` the
-    uniform density on the same kernel (:func:`~gflownet_measure.policies.uniform_density`).
+    uniform density on the same kernel (:func:`~gflownet_measure.densities.uniform_density`).
     """
-    log_q = log_pf.detach() if behaviour is density else behaviour.log_prob_of(drawn).detach()
+    log_q = log_pf.detach() if behaviour is density else behaviour.log_prob_at(drawn).detach()
     if epsilon > 0:
-        log_u = uniform_density(density.measure).log_prob_of(drawn).to(log_q.dtype)
+        log_u = uniform_density(density.measure).log_prob_at(drawn).to(log_q.dtype)
         log_q = torch.logaddexp(math.log1p(-epsilon) + log_q, math.log(epsilon) + log_u)
     return log_q
 
@@ -188,9 +190,9 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     one evaluation of each policy on all ``T x B`` transitions instead of ``T`` calls of ``P_B``, and a backward pass
     through one batched graph instead of ``T`` small ones. The backward density of the step into the sink is 0 (its
     role is played by log R, see :mod:`gflownet_measure.losses`); masked entries are 0. When ``pb`` shares ``pf``'s
-    torso (:func:`~gflownet_measure.policies.tied`) the torso runs once: every state ``s_{t+1}`` that ``P_B`` is
+    torso (:func:`~gflownet_measure.networks.tied`) the torso runs once: every state ``s_{t+1}`` that ``P_B`` is
     evaluated at is the origin of transition ``t + 1``. :math:`P_F` and the behaviour density are evaluated at the
-    rollout's own :class:`~gflownet_measure.policies.Draw` (``traj.draw``) when the trajectories carry it, else at the
+    rollout's own draw, a :class:`~gflownet_measure.measures.SupportPoint` (``traj.draw``), when the trajectories carry it, else at the
     transitions located in the forward kernel (one chart inverse, shared by both).
     Raises ``ValueError`` if a density is NaN or infinite on a sampled transition.
     """
@@ -205,8 +207,8 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
         density_f, density_b = pf(s, h), pb(nx[into], h[origin_of_next])
     else:
         density_f, density_b = pf(s), pb(nx[into])
-    drawn = traj.draw if traj.draw is not None else density_f.locate(nx, ns)  # a rollout's own draw: no chart inverse
-    lpf = density_f.log_prob_of(drawn)
+    drawn = traj.draw if traj.draw is not None else density_f.point_of(nx, ns)  # a rollout's own draw: no chart inverse
+    lpf = density_f.log_prob_at(drawn)
     lq = behaviour_log_prob(density_f, density_f.widened(noise) if noise > 0 else density_f, drawn, lpf, epsilon)
     lpb_into = density_b.log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
     _check_finite(**{"log P_F": lpf, "log P_B": lpb_into, "log q": lq})

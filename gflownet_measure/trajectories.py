@@ -1,13 +1,12 @@
 """Batches of trajectories, time-major, with the sink as a mask (no sentinel states)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from .policies import Draw
+from .measures import SupportPoint
 
 __all__ = ["Trajectories"]
 
@@ -29,7 +28,7 @@ class Trajectories(NamedTuple):
     states: Tensor
     sink: Tensor
     log_R: Tensor
-    draw: "Draw | None" = None
+    draw: SupportPoint | None = None
 
     @property
     def mask(self) -> Tensor:

@@ -86,25 +86,25 @@ class Chart(ABC):
 
     def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
         """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
-        return self.locate(s, x, atol)[0]
+        return self.coordinates_of(s, x, atol)[0]
 
-    def locate(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> tuple[Tensor, Tensor]:
-        """``(ok [B], u [B, k])``: :meth:`contains`, and the coordinates :math:`u = \\varphi_s^{-1}(x)` it computed (meaningful where ``ok``)."""
+    def coordinates_of(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> tuple[Tensor, Tensor]:
+        """``(inside [B], u [B, k])``: :meth:`contains`, and the coordinates :math:`u = \\varphi_s^{-1}(x)` it computed (meaningful where ``inside``)."""
         keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed and i not in self.advance]
-        ok = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
+        inside = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
         if keep:
-            ok &= (x[:, keep] == s[:, keep]).all(1)
+            inside &= (x[:, keep] == s[:, keep]).all(1)
         for i, v in self.fixed.items():
-            ok &= x[:, i] == v
+            inside &= x[:, i] == v
         for i, v in self.advance.items():
-            ok &= x[:, i] == s[:, i] + v
+            inside &= x[:, i] == s[:, i] + v
         u = self.inverse(s, x)
         lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
         hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
-        ok &= ((u >= lo) & (u <= hi)).all(1)
+        inside &= ((u >= lo) & (u <= hi)).all(1)
         y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
-        ok &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
-        return ok, u
+        inside &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
+        return inside, u
 
 
 class AffineChart(Chart):

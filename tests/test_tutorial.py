@@ -63,3 +63,29 @@ def test_the_readme_example_runs_and_passes_its_checks(capsys):
     finally:
         torch.set_rng_state(rng)
     assert capsys.readouterr().out.rstrip().endswith("all conditions hold")
+
+
+OBJECTIVES_DOC = TUTORIAL.parent / "objectives.md"
+
+
+def test_the_objectives_guide_registers_and_trains_its_own_objective():
+    """docs/objectives.md's "Adding your own" block: register, compare with TB, train 100 updates (one thread, about 2 s)."""
+    from gflownet_measure.objectives import OBJECTIVES
+
+    threads, rng = torch.get_num_threads(), torch.get_rng_state()
+    torch.set_num_threads(1)
+    try:
+        exec(compile(tutorial_source(OBJECTIVES_DOC), str(OBJECTIVES_DOC), "exec"), {"__name__": "objectives_guide"})
+        assert "tb_huber" in OBJECTIVES
+    finally:
+        OBJECTIVES.pop("tb_huber", None)  # the registry is global: leave it as the other tests find it
+        torch.set_num_threads(threads)
+        torch.set_rng_state(rng)
+
+
+def test_the_objectives_guide_lists_every_registered_objective():
+    import environments  # noqa: F401  (registers JSP-GFN's objective)
+    from gflownet_measure.objectives import OBJECTIVES
+
+    listed = set(re.findall(r"^\| `(\w+)` \|", OBJECTIVES_DOC.read_text(encoding="utf-8"), re.M))
+    assert set(OBJECTIVES) <= listed, sorted(set(OBJECTIVES) - listed)

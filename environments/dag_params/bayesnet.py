@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gflownet_measure.gaussian import LOG_2PI
+
 __all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "simulate_er", "load_csv"]
 
 GRAPH_PRIORS = ("uniform", "erdos_renyi")
-_LOG_2PI = math.log(2 * math.pi)
 
 
 class _Local(NamedTuple):
@@ -100,12 +101,12 @@ class LinearGaussian:
         W = theta.to(torch.float64) * adj.to(torch.float64)  # [..., d, d]
         rss = C.diagonal() - 2 * (W * C).sum(-2) + (W * (C @ W)).sum(-2)  # [..., d]
         M = x.shape[0]
-        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * M * self.d * (_LOG_2PI + math.log(self.obs_var))
+        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * M * self.d * (LOG_2PI + math.log(self.obs_var))
         return (ll * (self.n / M)).to(theta.dtype)
 
     def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
         """:math:`\\log P(\\theta | G) = \\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; 0, \\sigma_0^2)` ``[...]`` w.r.t. Lebesgue on the active entries."""
-        log_n = -0.5 * theta.square() / self.prior_var - 0.5 * (_LOG_2PI + math.log(self.prior_var))
+        log_n = -0.5 * theta.square() / self.prior_var - 0.5 * (LOG_2PI + math.log(self.prior_var))
         return (log_n * adj.to(theta.dtype)).sum((-1, -2))
 
     def log_prior_graph(self, adj: Tensor) -> Tensor:
@@ -132,8 +133,8 @@ class LinearGaussian:
             mean = torch.cholesky_solve(b[:, None], chol)[:, 0]
             log_det_v = -2.0 * float(chol.diagonal().log().sum())
             xx = float(self.gram[node, node])
-            log_marginal = -0.5 * (self.n * (_LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
-            entropy = 0.5 * (k * (_LOG_2PI + 1.0) + log_det_v)
+            log_marginal = -0.5 * (self.n * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
+            entropy = 0.5 * (k * (LOG_2PI + 1.0) + log_det_v)
             gap = 0.5 * (float(prec.diagonal().log().sum()) + log_det_v)
             self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy, gap)
         return self._cache[key]
@@ -226,7 +227,7 @@ class LinearGaussian:
         for local, graphs, node in self._groups(adj):
             delta = theta[graphs[:, None], local.parents, node] - local.mean  # [n, k]
             quad = (delta @ local.chol_prec).square().sum(-1)  # (theta - m)^T V^{-1} (theta - m)
-            log_n = -0.5 * (len(local.parents) * _LOG_2PI + quad) + local.chol_prec.diagonal().log().sum()
+            log_n = -0.5 * (len(local.parents) * LOG_2PI + quad) + local.chol_prec.diagonal().log().sum()
             out = out.index_add(0, graphs, log_n)
         return out
 

@@ -23,7 +23,6 @@ from .dags import FEATURES, dag_codes, weighted_features
 from .bayesnet import LinearGaussian
 from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
-from .network import theta_log_prob
 from .policy import JSPPolicy
 
 __all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics"]
@@ -188,7 +187,7 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
     idx = exact.index(graphs)
     net_out = policy.network(graphs.to(policy.network_dtype))
     dtype = net_out.stop_logit.dtype
-    log_pt = (log_pt_graph[idx] + theta_log_prob(net_out, graphs.to(dtype), thetas.to(dtype)).double()).numpy()
+    log_pt = (log_pt_graph[idx] + net_out.theta.log_prob(thetas.to(dtype)).double()).numpy()
     log_r = model.log_reward(graphs, thetas.double()).double().numpy()
     out["log_pt_vs_log_r_slope"], out["log_pt_vs_log_r_slope_robust"], out["log_pt_vs_log_r_r"] = _line_fit(log_r, log_pt)
     estimated_graph = estimate_graph_log_marginal(policy, graphs, generator=torch.Generator().manual_seed(0))

@@ -64,12 +64,13 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from gflownet_measure.gaussian import LOG_2PI
+
 from .dags import valid_edges
 
 __all__ = ["MOVES", "MCMCSamples", "StructureProposal", "legal_moves", "propose_structure", "mh_mc3", "gibbs_mc3"]
 
 MOVES = ("add", "remove", "reverse")
-_LOG_2PI = math.log(2 * math.pi)
 
 
 class MCMCSamples(NamedTuple):
@@ -169,7 +170,7 @@ def _legal_np(adj: np.ndarray, max_parents: int | None = None) -> np.ndarray:
 
 def _log_q(w: float, s: float) -> float:
     """:math:`\\log \\mathcal N(w; 0, s^2)`."""
-    return -0.5 * (w / s) ** 2 - math.log(s) - 0.5 * _LOG_2PI
+    return -0.5 * (w / s) ** 2 - math.log(s) - 0.5 * LOG_2PI
 
 
 def _propose_one(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: float, z: float, table: _MoveTable):

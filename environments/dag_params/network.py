@@ -1,6 +1,6 @@
 """The JSP-GFN network (Deleu et al. 2023, section 3.3 and appendix; docs/references.md, 'Network'): one
 graph-network pass and a self-attention layer over the ``d`` nodes of a DAG, then edge and stop logits
-for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \\mid G)`.
+for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \\mid G)` (:mod:`~environments.dag_params.theta`).
 
 Conventions: ``adj [B, d, d]`` is a float 0/1 adjacency with ``adj[b, i, j] = 1`` for the edge
 :math:`i \\to j` (``i`` is a parent of ``j``), and ``theta[b, i, j]`` is the weight of that edge, so
@@ -8,29 +8,29 @@ column ``theta[b, :, j]`` holds the weights of the parents of ``X_j``. All graph
 same ``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding,
 no scatter).
 
-Parameter heads (registry :data:`THETA_HEADS`):
+Parameter heads (registry :data:`THETA_HEADS`), each giving the distribution of :math:`\\theta` given ``G``:
 
-- ``"diag"`` (``lingauss_diag``): :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)`
-  independently on the edges of ``G``;
-- ``"full"`` (``lingauss_full``): :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})`
-  per child ``j``, with :math:`U_j` an upper-triangular factor of the precision.
+- ``"diag"`` (``lingauss_diag``): :class:`~environments.dag_params.theta.DiagNormalTheta`,
+  :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)` independently on the edges of ``G``;
+- ``"full"`` (``lingauss_full``): :class:`~environments.dag_params.theta.FullNormalTheta`,
+  :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})` per child ``j``, with :math:`U_j` an
+  upper-triangular factor of the precision.
 
-:func:`theta_log_prob` is a density w.r.t. Lebesgue measure on the *active* coordinates
-:math:`\\{\\theta_{ij} : A_{ij} = 1\\}` only (dimension :math:`|E(G)|`), and :func:`theta_rsample`
-draws reparametrised samples that are exactly 0 off the edges.
+Both are densities w.r.t. Lebesgue measure on the *active* coordinates :math:`\\{\\theta_{ij} : A_{ij} = 1\\}`
+only (dimension :math:`|E(G)|`), with reparametrised samples that are exactly 0 off the edges.
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork", "theta_log_prob", "theta_rsample"]
+from .theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
-LOG_2PI = math.log(2 * math.pi)
+__all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork"]
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
@@ -50,17 +50,16 @@ class JSPOutputs(NamedTuple):
     Attributes:
         edge_logits: ``[B, d, d]``, :math:`u_i \\cdot v_j`, the logit of adding :math:`i \\to j` (unmasked).
         stop_logit: ``[B]``, the logit of stopping at ``G``.
-        theta_loc: ``[B, d, d]``, :math:`\\mu_{ij}`, zero off the edges.
-        theta_scale: ``[B, d, d]``, :math:`\\sigma_{ij} > 0` everywhere ("diag"; the caller masks), ``None`` for "full".
-        theta_prec_chol: ``[B, d(child j), d, d]``, :math:`U_j` with :math:`\\Sigma_j^{-1} = U_j^\\top U_j`
-            ("full"), ``None`` for "diag".
+        theta: :math:`P_\\phi(\\theta \\mid G)`, batch shape ``[B]``, of the network's parameter head.
     """
 
     edge_logits: Tensor
     stop_logit: Tensor
-    theta_loc: Tensor
-    theta_scale: Optional[Tensor]
-    theta_prec_chol: Optional[Tensor]
+    theta: MaskedNormalTheta
+
+    def rows(self, idx) -> JSPOutputs:
+        """The outputs of the graphs ``idx`` of the batch (a slice or a 1-D index)."""
+        return JSPOutputs(self.edge_logits[idx], self.stop_logit[idx], self.theta[idx])
 
 
 class JSPBackbone(nn.Module):
@@ -134,7 +133,8 @@ class DiagGaussianHead(nn.Module):
 
     Per child ``j`` the ``2d`` outputs are the locations and raw scales of column :math:`\\theta_{\\cdot j}`
     (one per potential parent ``i``). ``W`` is zero-initialised, so at initialisation :math:`\\mu = 0` and
-    :math:`\\sigma = \\log 2`. Returns ``(loc * adj, scale, None)``, each ``[B, d(i), d(j)]``.
+    :math:`\\sigma = \\log 2`. Returns the :class:`~environments.dag_params.theta.DiagNormalTheta` of ``loc * adj``
+    and ``scale``, each ``[B, d(i), d(j)]``.
     """
 
     def __init__(self, d: int, hidden: int):
@@ -142,10 +142,10 @@ class DiagGaussianHead(nn.Module):
         self.d = d
         self.net = _zero_last(nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2 * d)))
 
-    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, None]:
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> DiagNormalTheta:
         out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d(j), 2d]
         raw_loc, raw_scale = out.transpose(1, 2).split(self.d, dim=1)  # each [B, d(i), d(j)]
-        return raw_loc * adj, F.softplus(raw_scale), None
+        return DiagNormalTheta(raw_loc * adj, F.softplus(raw_scale), adj)
 
 
 class FullGaussianHead(nn.Module):
@@ -159,7 +159,8 @@ class FullGaussianHead(nn.Module):
 
     Up to a permutation :math:`U_j = \\mathrm{diag}(U_{PP}, I)`, so the parent block has precision
     :math:`U_{PP}^\\top U_{PP}` and the non-parent coordinates are untouched. The last layer is zero-initialised:
-    :math:`\\mu = 0`, parent diagonals :math:`\\log 2`. Returns ``(loc [B, d(i), d(j)], None, U [B, d(j), d, d])``.
+    :math:`\\mu = 0`, parent diagonals :math:`\\log 2`. Returns the :class:`~environments.dag_params.theta.FullNormalTheta` of
+    ``loc [B, d(i), d(j)]`` and ``U [B, d(j), d, d]``.
     """
 
     def __init__(self, d: int, hidden: int):
@@ -169,7 +170,7 @@ class FullGaussianHead(nn.Module):
         self.register_buffer("triu", torch.triu_indices(d, d), persistent=False)  # [2, d(d+1)/2]
         self.register_buffer("diag_at", (self.triu[0] == self.triu[1]).nonzero().squeeze(1), persistent=False)  # [d]
 
-    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, None, Tensor]:
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> FullNormalTheta:
         d = self.d
         out = self.net(nodes)  # [B, d(j), d + d(d+1)/2]
         parents = adj.transpose(1, 2)  # [B, d(j), d(i)]
@@ -179,7 +180,7 @@ class FullGaussianHead(nn.Module):
         U = out.new_zeros(*out.shape[:2], d, d)  # [B, j, d, d]
         U[..., rows, cols] = packed * pairs
         U.diagonal(dim1=-2, dim2=-1).copy_(torch.where(parents > 0, F.softplus(packed[..., self.diag_at]), 1.0))
-        return (out[..., :d] * parents).transpose(1, 2), None, U
+        return FullNormalTheta((out[..., :d] * parents).transpose(1, 2), U, adj)
 
 
 THETA_HEADS = {"diag": DiagGaussianHead, "full": FullGaussianHead}
@@ -216,57 +217,5 @@ class JSPNetwork(nn.Module):
         nodes, glob = self.backbone(adj)  # [B, d, h], [B, h]
         adj = adj.to(nodes.dtype)
         edge_logits = self.senders(nodes) @ self.receivers(nodes).transpose(1, 2)  # [B, d, d]
-        return JSPOutputs(edge_logits, self.stop(glob).squeeze(-1), *self.theta_head(nodes, glob, adj))
+        return JSPOutputs(edge_logits, self.stop(glob).squeeze(-1), self.theta_head(nodes, glob, adj))
 
-
-def theta_log_prob(out: JSPOutputs, adj: Tensor, theta: Tensor) -> Tensor:
-    """:math:`\\log P_\\phi(\\theta \\mid G)` w.r.t. Lebesgue measure on the active coordinates :math:`\\{\\theta_{ij} : A_{ij} = 1\\}`.
-
-    "diag": :math:`\\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; \\mu_{ij}, \\sigma_{ij}^2)`.
-    "full": with :math:`k_j` parents of ``j`` and :math:`\\delta_j = (\\theta_{\\cdot j} - \\mu_j)` masked to them,
-
-    .. math:: \\sum_j -\\tfrac12\\Big(k_j \\log 2\\pi - 2 \\sum_{a \\in P_j} \\log (U_j)_{aa} + \\|U_j \\delta_j\\|^2\\Big).
-
-    A non-parent row ``a`` of :math:`U_j` is :math:`e_a^\\top` (unit diagonal, off-diagonals only between parents),
-    so it adds :math:`(\\delta_j)_a = 0` to the norm and :math:`\\log 1 = 0` to the log-determinant; the
-    parent rows have zeros in non-parent columns. Hence the sum may run over all ``d`` rows and is the
-    Gaussian density of the parent block with precision :math:`U_{PP}^\\top U_{PP}`.
-
-    Args:
-        out: the network's outputs for the graphs ``adj``.
-        adj: ``[B, d, d]``, the same graphs.
-        theta: ``[B, d, d]`` or ``[S, B, d, d]``; entries off the edges are ignored (whatever their value, NaN included).
-
-    Returns:
-        ``[B]`` or ``[S, B]``.
-    """
-    loc = out.theta_loc  # [B, d, d]
-    adj = adj.to(loc.dtype)
-    theta = torch.where(adj > 0, theta, loc)  # off the edges theta - loc = 0 exactly
-    if out.theta_prec_chol is None:
-        scale = torch.where(adj > 0, out.theta_scale, 1.0)  # off the edges a scale may have underflowed to 0: no 0/0
-        z = (theta - loc) / scale
-        return ((-0.5 * (z.square() + LOG_2PI) - scale.log()) * adj).sum((-2, -1))
-    B, d = adj.shape[:2]
-    delta = (theta - loc).reshape(-1, B, d, d)  # [S, B, d(i), d(j)], zero off the edges
-    z = torch.einsum("bjac,sbcj->sbja", out.theta_prec_chol, delta)  # [S, B, j, d]: U_j delta_j
-    log_det = out.theta_prec_chol.diagonal(dim1=-2, dim2=-1).log().sum((-2, -1))  # [B]; non-parent diagonals are 1
-    log_p = -0.5 * (adj.sum((-2, -1)) * LOG_2PI + z.square().sum((-2, -1))) + log_det  # [S, B]
-    return log_p.reshape(theta.shape[:-2])
-
-
-def theta_rsample(out: JSPOutputs, adj: Tensor, n_samples: int) -> Tensor:
-    """Reparametrised :math:`\\theta \\sim P_\\phi(\\cdot \\mid G)`, ``[S, B, d, d]``, exactly 0 off the edges.
-
-    "diag": :math:`\\theta = \\mu + \\sigma\\varepsilon`. "full": :math:`\\theta_{\\cdot j} = \\mu_j + U_j^{-1}\\varepsilon_j`
-    (a triangular solve, one per ``(b, j)`` for all ``S`` samples at once), since
-    :math:`\\mathrm{Cov}(U^{-1}\\varepsilon) = (U^\\top U)^{-1}`. :math:`\\varepsilon \\sim \\mathcal N(0, I)` from torch's global generator.
-    """
-    loc = out.theta_loc  # [B, d, d]
-    adj = adj.to(loc.dtype)
-    if out.theta_prec_chol is None:
-        eps = torch.randn((n_samples, *loc.shape), dtype=loc.dtype, device=loc.device)  # [S, B, d, d]
-        return (loc + out.theta_scale * eps) * adj
-    eps = torch.randn((*loc.shape, n_samples), dtype=loc.dtype, device=loc.device)  # [B, d(j), d, S]
-    noise = torch.linalg.solve_triangular(out.theta_prec_chol, eps, upper=True)  # [B, j, d(i), S]
-    return (loc + noise.permute(3, 0, 2, 1)) * adj

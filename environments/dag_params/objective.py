@@ -13,20 +13,20 @@
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
 
+from gflownet_measure.densities import Policy
 from gflownet_measure.losses import huber, length2_penalty, undirected_subtb_residual
-from gflownet_measure.policies import Policy
+from gflownet_measure.objectives import GFlowNet, Objective, register
 
 from .dags import add_edge_closure, valid_edges
-from .network import theta_log_prob, theta_rsample
-from .policy import JSPPolicy, action_log_probs, rows_of
+from .policy import JSPPolicy, action_log_probs
 from .space import split
 
-__all__ = ["ParallelEnvs", "transition_loss"]
+__all__ = ["ParallelEnvs", "Transitions", "transition_loss", "UNDIRECTED_SUBTB"]
 
 
 class ParallelEnvs(torch.nn.Module):
@@ -73,12 +73,12 @@ def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_s
     """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``."""
     S, B = n_samples, adj.shape[0]
     with torch.no_grad():
-        theta = theta_rsample(out, adj, S)  # [S, B, d, d]
+        theta = out.theta.rsample((S,))  # [S, B, d, d]
     adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
     if with_penalty:
         theta = theta.requires_grad_(True)
     log_R = log_reward(adj_s, theta.flatten(0, 1)).reshape(S, B).to(log_stop.dtype)
-    log_q = theta_log_prob(out, adj, theta)  # [S, B]; gradients reach phi through the distribution only
+    log_q = out.theta.log_prob(theta)  # [S, B]; gradients reach phi through the distribution only
     pen = None
     if with_penalty:
         (g,) = torch.autograd.grad((log_R - log_q).sum(), theta, create_graph=True)
@@ -102,7 +102,7 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
     adj_next, _, _ = split(s_next, d)
     B = adj.shape[0]
     out, log_edge, log_stop = policy.heads(torch.cat([adj, adj_next]))
-    here, there = rows_of(out, slice(0, B)), rows_of(out, slice(B, 2 * B))
+    here, there = out.rows(slice(0, B)), out.rows(slice(B, 2 * B))
     added = (adj_next & ~adj).flatten(1).to(torch.int8).argmax(1)
     log_pf_edge = log_edge[:B].flatten(1).gather(1, added[:, None])[:, 0]
     log_pb_edge = pb(s_next).log_prob(s, torch.zeros(B, dtype=torch.bool)).to(log_pf_edge.dtype)
@@ -113,3 +113,29 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
     if penalty:
         loss = loss + 0.5 * (pen + pen_next).mean()
     return loss
+
+
+class Transitions(NamedTuple):
+    """A batch of replayed edge transitions :math:`G \\to G'` (intermediate states ``[B, D]``) and what scores them:
+    ``log_reward(adj, theta) -> [B]`` and ``scale`` = :math:`N`, the :math:`1/N` of eq. 8."""
+
+    s: Tensor
+    s_next: Tensor
+    log_reward: Callable[[Tensor, Tensor], Tensor]
+    scale: float
+
+
+def _undirected_subtb(gfn: GFlowNet, batch: Transitions, theta_samples: int, delta: float, penalty: bool) -> Tensor:
+    """:func:`transition_loss` of ``gfn``'s :math:`P_F` (a :class:`~.policy.JSPPolicy`) and :math:`P_B` on ``batch``."""
+    return transition_loss(gfn.pf, gfn.pb, batch.log_reward, batch.s, batch.s_next, theta_samples, batch.scale, delta, penalty)
+
+
+UNDIRECTED_SUBTB = register(Objective(
+    "undirected_subtb",
+    _undirected_subtb,
+    "JSP-GFN: SubTB on the undirected paths of replayed edge transitions, S x S fresh theta pairs, Huber (Deleu et al. 2023, eq. 8)",
+    batch="transitions",
+    log_Z=None,
+    hyper={"theta_samples": 16, "delta": 1.0, "penalty": False},
+))
+"""The registered objective of JSP-GFN (no state flow, no log Z: the undirected paths cancel both)."""

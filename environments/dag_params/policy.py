@@ -9,7 +9,7 @@ At an intermediate state :math:`(G, \\#)`, with the backbone's stop logit ``s`` 
 w.r.t. counting measure on the valid edges (mask ``M``) and Lebesgue measure on :math:`\\Theta_G`
 (:class:`~environments.dag_params.space.EdgeWeightsChart`, log-Jacobian 0). Where no edge can be added,
 :math:`P(\\text{stop} \\mid G) = 1`. :math:`P_\\phi(\\theta | G)` is the diagonal or full-covariance Normal of the
-network's parameter head. At :math:`(G, \\theta)` the only move is the sink, with probability one.
+network's parameter head (:mod:`~environments.dag_params.theta`). At :math:`(G, \\theta)` the only move is the sink, with probability one.
 
 :func:`action_log_probs` is the one place these probabilities are formed: the kernel density of
 :class:`JSPPolicy` (rollouts, checks) and the transition loss of :mod:`~environments.dag_params.objective` both call it.
@@ -17,20 +17,20 @@ network's parameter head. At :math:`(G, \\theta)` the only move is the sink, wit
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.distributions import Distribution, constraints
 
-from gflownet_measure.policies import Policy
+from gflownet_measure.densities import Policy
 
 from .dags import transitive_closure, valid_edges
-from .network import JSPNetwork, JSPOutputs, theta_log_prob, theta_rsample
+from .network import JSPNetwork, JSPOutputs
 from .space import DagKernel, pack, split, unpack
+from .theta import MaskedNormalTheta
 
-__all__ = ["action_log_probs", "rows_of", "PackedTheta", "JSPPolicy"]
+__all__ = ["action_log_probs", "PackedTheta", "JSPPolicy"]
 
 
 def action_log_probs(out: JSPOutputs, valid: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -55,41 +55,32 @@ def action_log_probs(out: JSPOutputs, valid: Tensor, scale: float = 1.0) -> tupl
     return edges.reshape(B, d, d), stop
 
 
-def rows_of(out: JSPOutputs, rows: Tensor) -> JSPOutputs:
-    return JSPOutputs(*(None if v is None else v[rows] for v in out))
-
-
 class PackedTheta(Distribution):
     """:math:`P_\\phi(\\theta | G)` on the ``k`` active coordinates (:func:`~environments.dag_params.space.pack` order) of rows whose graphs have ``k`` edges
-    (other rows get values of the right shape and no meaning).
+    (other rows get values of the right shape and no meaning): the chart coordinates :math:`\\Theta_G = \\mathbb R^k` the core's
+    kernel density reads.
 
-    A view of the dense masked density of :func:`~environments.dag_params.network.theta_log_prob` /
-    :func:`~environments.dag_params.network.theta_rsample`: densities w.r.t. Lebesgue measure on :math:`\\mathbb R^k`.
+    A view of the dense masked density ``theta`` (:class:`~environments.dag_params.theta.MaskedNormalTheta`), w.r.t.
+    Lebesgue measure on :math:`\\mathbb R^k`: values are packed and unpacked, sampling and densities are ``theta``'s.
     """
 
     arg_constraints: dict = {}
     support = constraints.real_vector
     has_rsample = True
 
-    def __init__(self, out: JSPOutputs, adj: Tensor, k: int):
-        self.out, self.adj, self.k = out, adj, k
-        super().__init__(batch_shape=adj.shape[:1], event_shape=(k,), validate_args=False)
+    def __init__(self, theta: MaskedNormalTheta, k: int):
+        self.theta, self.edges, self.k = theta, theta.adj > 0, k
+        super().__init__(batch_shape=theta.batch_shape, event_shape=(k,), validate_args=False)
 
     def rsample(self, sample_shape=torch.Size()) -> Tensor:
-        n = math.prod(sample_shape)
-        u = pack(theta_rsample(self.out, self.adj, max(n, 1)), self.adj, self.k)  # [n, B, k]
-        return u.reshape(*sample_shape, *u.shape[1:]) if sample_shape else u[0]
-
-    def sample(self, sample_shape=torch.Size()) -> Tensor:
-        with torch.no_grad():
-            return self.rsample(sample_shape)
+        return pack(self.theta.rsample(sample_shape), self.edges, self.k)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        return theta_log_prob(self.out, self.adj, unpack(value.to(self.out.stop_logit.dtype), self.adj))
+        return self.theta.log_prob(unpack(value.to(self.theta.loc.dtype), self.edges))
 
 
-def _theta_rows(out: JSPOutputs, adj: Tensor, k: int, rows: Tensor) -> Distribution:
-    return PackedTheta(rows_of(out, rows), adj[rows], k)
+def _theta_rows(theta: MaskedNormalTheta, k: int, rows: Tensor) -> Distribution:
+    return PackedTheta(theta[rows], k)
 
 
 class JSPPolicy(Policy):
@@ -118,4 +109,4 @@ class JSPPolicy(Policy):
         B = len(s)
         n_pieces = len(measure.pieces)
         logits = torch.cat([log_edge.flatten(1), log_stop[:, None], torch.zeros(B, 1, dtype=log_stop.dtype), log_stop[:, None].expand(B, n_pieces)], 1)
-        return logits, [functools.partial(_theta_rows, out, adj, p.chart.k) for p in measure.pieces]
+        return logits, [functools.partial(_theta_rows, out.theta, p.chart.k) for p in measure.pieces]

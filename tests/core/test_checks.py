@@ -17,18 +17,16 @@ from hypothesis import strategies as st
 from conftest import HYPOTHESIS, build_graph, dag_specs, random_dag_spec, row
 from environments import hypergrid
 from gflownet_measure.checks import check_graph
+from gflownet_measure.densities import KernelDensity, UniformPolicy, uniform_density
 from gflownet_measure.kernels import FiniteKernel, Kernel
 from gflownet_measure.measures import Atoms, Measure
-from gflownet_measure.policies import KernelDensity, UniformPolicy, uniform_density
 
 ALL_ROWS = {1, 2, 4, 5, 6, 7}
 SHIFT = 0.1  # log-density offset of the broken policies below: they integrate to e^0.1
 
 
-def hypergrid_cfg(**kw) -> dict:
-    cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()}
-    cfg.update(kw)
-    return cfg
+def hypergrid_cfg(**kw) -> hypergrid.HypergridConfig:
+    return hypergrid.HypergridConfig(**kw)
 
 
 def failing(report) -> set[int]:
@@ -224,9 +222,8 @@ def test_pair_integrals_keep_to_the_budget_and_do_not_depend_on_it(monkeypatch):
     fewest), and the integrals equal those of one chunk, to float64 round-off."""
     from environments import dag_params
     from gflownet_measure import checks
-    from gflownet_measure.config import resolve
 
-    graph = dag_params.make_graph(resolve(dag_params.SETTINGS, {"d": 3}))
+    graph = dag_params.make_graph(dag_params.DagParamsConfig(d=3))
     nu = graph.nu.weighted_points(4, "quadrature")
     fs = checks._test_functions(graph, 3, torch.Generator().manual_seed(0))
     whole = checks._pair_integrals(graph, nu, graph.kappa, fs, False, 4, "quadrature")

@@ -49,8 +49,8 @@ def test_sum_of_atoms_and_pieces_locates_each_point():
         return t.expand(4, *t.shape[1:])
 
     batched = Measure(Atoms(rows(m.atoms.x), rows(m.atoms.log_mass), rows(m.atoms.mask), rows(m.atoms.sink)), tuple(Piece(p.chart, rows(p.context), rows(p.mask)) for p in m.pieces))
-    assert batched.locate(x, torch.zeros(4, dtype=torch.bool)).tolist() == [0, 1, 2, -1]
-    comp, us = batched.locate_coordinates(x, torch.zeros(4, dtype=torch.bool))  # the coordinates of the one row on the piece
+    assert batched.component_of(x, torch.zeros(4, dtype=torch.bool)).tolist() == [0, 1, 2, -1]
+    comp, us = batched.point_of(x, torch.zeros(4, dtype=torch.bool))  # the coordinates of the one row on the piece
     assert comp.tolist() == [0, 1, 2, -1] and torch.allclose(us[0], torch.tensor([[0.3]]))
     with pytest.raises(ValueError, match="batch"):
         sum_measures(atoms, batched)

@@ -9,7 +9,7 @@ from gflownet_measure.rollout import log_densities, rollout, sample_backward, sa
 
 @pytest.fixture
 def grid():
-    cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()} | {"height": 5, "ndim": 3}
+    cfg = hypergrid.HypergridConfig(height=5, ndim=3)
     torch.manual_seed(0)
     g = hypergrid.make_graph(cfg)
     pf, pb = hypergrid.make_policies(g, cfg, backward="learned")

@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from environments import hypergrid
-from gflownet_measure.losses import square
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
-from gflownet_measure.policies import StateFlow
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import CheckpointError, Trainer, TrainingDiverged, make_optimizer, seed_everything, use_device
 
@@ -18,7 +17,7 @@ class Interrupt(Exception):
 
 def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None):
     seed_everything(0)
-    cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()} | {"height": 4}
+    cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
     pf, pb = hypergrid.make_policies(g, cfg, hidden=16)
     gfn = GFlowNet(pf, pb)
@@ -27,7 +26,7 @@ def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None):
     def step_fn(step):
         if step == fail_at:
             raise Interrupt
-        loss = OBJECTIVES["tb"](gfn, g, sample_forward(g, pf, 8, 0.1), 0.9, square)
+        loss = OBJECTIVES["tb"](gfn, Batch(g, sample_forward(g, pf, 8, 0.1)))
         return loss * float("nan") if step == nan_at else loss
 
     def evaluate():
@@ -111,7 +110,7 @@ def test_a_history_line_cut_short_is_dropped_on_resume(tmp_path):
 
 
 def test_optimizer_groups_have_their_own_learning_rates():
-    cfg = {k: s.default for k, s in hypergrid.SETTINGS.items()}
+    cfg = hypergrid.HypergridConfig()
     g = hypergrid.make_graph(cfg)
     pf, pb = hypergrid.make_policies(g, cfg, backward="learned", hidden=8)
     opt = make_optimizer(GFlowNet(pf, pb, StateFlow(g.encode, 16, 8)), 1e-3, 1e-1, 1e-2)

@@ -24,10 +24,9 @@ from hypothesis import given, settings
 from torch import nn
 
 from conftest import HYPOTHESIS, DagSpec, build_graph, dag_specs, default_dtype, random_dag_spec
-from gflownet_measure import losses
+from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.exact import TabularPolicy, enumerate_states, exact_flows, index_of, terminating_distribution
-from gflownet_measure.objectives import OBJECTIVES, GFlowNet
-from gflownet_measure.policies import UniformPolicy
+from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, objective_names
 from gflownet_measure.rollout import sample_forward
 
 # Zero means float64 round-off: each residual adds <= 4 log-quantities of magnitude <= ~10, each
@@ -84,15 +83,18 @@ class Exact:
 
     def losses(self, gfn: GFlowNet, traj) -> dict[str, float]:
         with torch.no_grad():
-            return {name: float(obj(gfn, self.graph, traj, LAM, losses.square)) for name, obj in OBJECTIVES.items()}
+            return {name: float(OBJECTIVES[name](gfn, Batch(self.graph, traj), **OBJECTIVES[name].options({"subtb_lambda": LAM}))) for name in BALANCE}
 
     def sample(self, n: int, seed: int):
         torch.manual_seed(seed)
         return sample_forward(self.graph, self.gfn().pf, n)
 
 
-def test_objectives_are_the_four_of_definition_7():
-    assert set(OBJECTIVES) == {"fm", "db", "tb", "subtb"}
+BALANCE = objective_names(divergence=False)  # every registered balance objective on trajectories: each must vanish at a solution
+
+
+def test_the_balance_objectives_include_the_four_of_definition_7():
+    assert {"fm", "db", "tb", "subtb"} <= set(BALANCE)
 
 
 @settings(HYPOTHESIS, max_examples=20)
@@ -121,7 +123,7 @@ def test_losses_vanish_at_exact_flows_and_not_after_a_perturbation(spec):
         assert all(v <= ZERO for v in exact.values()), exact
         # the normalised table gives the same P_F: zero for every objective but FM, whose logits are edge flows
         normalised = e.losses(e.gfn(table=e.prob_table), traj)
-        assert all(normalised[k] <= ZERO for k in ("db", "tb", "subtb")), normalised
+        assert all(normalised[k] <= ZERO for k in ("db", "tb", "subtb", "vargrad")), normalised
 
         N = e.graph.max_length
         # log Z moved by 0.5: every TB residual is 0.5, DB's first residual is 0.5 (<= N transitions per trajectory);
@@ -130,7 +132,7 @@ def test_losses_vanish_at_exact_flows_and_not_after_a_perturbation(spec):
         assert moved_Z["tb"] == pytest.approx(0.25, abs=1e-12)
         assert moved_Z["db"] >= 0.25 / N * (1 - 1e-12)
         assert moved_Z["subtb"] > 1e-6
-        assert moved_Z["fm"] <= ZERO
+        assert moved_Z["fm"] <= ZERO and moved_Z["vargrad"] <= ZERO  # VarGrad's log Z is the batch mean of w
 
         # log F moved by 0.5 away from s0: DB and SubTB see it at the first step, TB and FM never read log F
         shifted = torch.where(torch.arange(len(e.log_F)) == e.s0, e.log_F, e.log_F + 0.5)
@@ -138,7 +140,7 @@ def test_losses_vanish_at_exact_flows_and_not_after_a_perturbation(spec):
         assert moved_F["db"] >= 0.25 / N * (1 - 1e-12) * (traj.length >= 2).double().mean().item()
         if (traj.length >= 2).any():  # pairs (0, j) and (i, n) with inner s_i, s_j see the shift
             assert moved_F["subtb"] > 1e-6
-        assert moved_F["tb"] <= ZERO and moved_F["fm"] <= ZERO
+        assert moved_F["tb"] <= ZERO and moved_F["fm"] <= ZERO and moved_F["vargrad"] <= ZERO
 
         # P_F(1 | s0) moved (s0 has >= 2 components, so the softmax cannot absorb the change)
         k = int(((e.atoms.x[e.s0, :, 0] == 1) & e.child[e.s0]).nonzero()[0])
@@ -151,6 +153,9 @@ def test_losses_vanish_at_exact_flows_and_not_after_a_perturbation(spec):
         assert moved_pf["tb"] >= m**2 * (1 - 1e-9)
         assert moved_pf["db"] >= m**2 / N * (1 - 1e-9)
         assert moved_pf["subtb"] > 1e-6 * m**2
+        took_k = (traj.states[1, :, 0] == 1) & ~traj.sink[1]  # the first step residual is log(p2/p) on these, log((1-p2)/(1-p)) on the rest
+        if 0 < int(took_k.sum()) < len(took_k):  # w differs between the two groups: its variance is positive
+            assert moved_pf["vargrad"] > 1e-6 * m**2
 
         # every sink logit moved by 0.5: each reward-matching residual is 0.5
         table = e.edge_table + 0.5 * e.sink_slot
@@ -197,7 +202,7 @@ def test_sampling_agrees_with_the_terminating_distribution(seed):
         assert torch.equal(traj.log_R, e.log_R[i])
 
 
-@pytest.mark.parametrize("name", ["tb", "db", "subtb", "fm"])
+@pytest.mark.parametrize("name", BALANCE)
 def test_float64_gflownet_under_float32_default(name):
     """A GFlowNet converted with ``.double()`` (float64 graph, flows and table; torch's default dtype left at
     float32, as in training code) should give float64 losses that vanish at exact flows."""
@@ -210,6 +215,6 @@ def test_float64_gflownet_under_float32_default(name):
     torch.manual_seed(0)
     traj = sample_forward(e.graph, gfn.pf, 64)
     with torch.no_grad():
-        loss = OBJECTIVES[name](gfn, e.graph, traj, LAM, losses.square)
+        loss = OBJECTIVES[name](gfn, Batch(e.graph, traj), **OBJECTIVES[name].options({"subtb_lambda": LAM}))
     assert loss.dtype == torch.float64
     assert float(loss) <= ZERO

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from environments import ENVIRONMENTS
 from gflownet_measure.checks import check_graph
-from gflownet_measure.config import resolve
+from experiments.settings import build, resolve
 
 # Small settings per environment (exact checks enumerate the space). A new environment must add its own.
 SMALL_SETTINGS = {
@@ -32,7 +32,7 @@ def test_environment_passes_the_theory_checks(name):
     @settings(HYPOTHESIS, max_examples=EXAMPLES.get(name, 10))
     @given(SMALL_SETTINGS[name], st.integers(0, 2**16))
     def run(overrides, seed):
-        cfg = resolve(spec.settings, overrides)
+        cfg = build(spec.config, resolve(spec.settings, overrides))
         torch.manual_seed(seed)
         graph = spec.make_graph(cfg)
         pf, pb = spec.make_policies(graph, cfg)

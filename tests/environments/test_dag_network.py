@@ -1,5 +1,6 @@
 """The JSP-GFN network (Deleu et al. 2023; docs/references.md, 'Network'): shapes, the graph-network pass against a
-per-edge loop, permutation equivariance, and the density of theta (normalised, sampled, masked, differentiable)."""
+per-edge loop, permutation equivariance, and the distribution of theta (normalised, sampled, masked, differentiable,
+row-selectable)."""
 import copy
 import math
 
@@ -8,7 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import MultivariateNormal, Normal
 
-from environments.dag_params.network import JSPNetwork, JSPOutputs, theta_log_prob, theta_rsample
+from environments.dag_params.network import JSPNetwork, JSPOutputs
+from environments.dag_params.theta import DiagNormalTheta, FullNormalTheta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -49,16 +51,16 @@ def gaussian_blocks(out: JSPOutputs, adj: torch.Tensor, b: int):
     parents; columns are independent, so the joint covariance is block diagonal.
     """
     edges = [tuple(e) for e in adj[b].nonzero().tolist()]
-    mean = torch.stack([out.theta_loc[b, i, j] for i, j in edges])
+    mean = torch.stack([out.theta.loc[b, i, j] for i, j in edges])
     cov = torch.zeros(len(edges), len(edges), dtype=mean.dtype)
     for r, (i, j) in enumerate(edges):
         for c, (k, m) in enumerate(edges):
             if m != j:
                 continue
-            if out.theta_prec_chol is None:
-                cov[r, c] = out.theta_scale[b, i, j] ** 2 if i == k else 0.0
+            if isinstance(out.theta, DiagNormalTheta):
+                cov[r, c] = out.theta.scale[b, i, j] ** 2 if i == k else 0.0
             else:
-                U = out.theta_prec_chol[b, j]
+                U = out.theta.prec_chol[b, j]
                 cov[r, c] = torch.linalg.inv(U.T @ U)[i, k]
     return edges, mean, cov
 
@@ -71,14 +73,17 @@ def test_output_shapes(model):
     net = JSPNetwork(d, 32, model)
     adj = random_dags(B, d).float()
     out = net(adj)
-    assert out.edge_logits.shape == (B, d, d) and out.stop_logit.shape == (B,) and out.theta_loc.shape == (B, d, d)
+    assert out.edge_logits.shape == (B, d, d) and out.stop_logit.shape == (B,) and out.theta.loc.shape == (B, d, d)
+    assert out.theta.batch_shape == (B,) and out.theta.event_shape == (d, d) and out.theta.has_rsample
     if model == "diag":
-        assert out.theta_scale.shape == (B, d, d) and out.theta_prec_chol is None
+        assert isinstance(out.theta, DiagNormalTheta) and out.theta.scale.shape == (B, d, d)
     else:
-        assert out.theta_scale is None and out.theta_prec_chol.shape == (B, d, d, d)
-    theta = theta_rsample(out, adj, S)
+        assert isinstance(out.theta, FullNormalTheta) and out.theta.prec_chol.shape == (B, d, d, d)
+    theta = out.theta.rsample((S,))
     assert theta.shape == (S, B, d, d) and theta.dtype == torch.float32
-    assert theta_log_prob(out, adj, theta).shape == (S, B) and theta_log_prob(out, adj, theta[0]).shape == (B,)
+    assert out.theta.log_prob(theta).shape == (S, B) and out.theta.log_prob(theta[0]).shape == (B,)
+    assert out.theta.rsample().shape == (B, d, d) and out.theta.rsample((2, 3)).shape == (2, 3, B, d, d)
+    assert not out.theta.sample((2,)).requires_grad and theta.requires_grad
     # edge logits are u_i . v_j of the sender and receiver MLPs
     nodes, _ = net.backbone(adj)
     u, v = net.senders(nodes), net.receivers(nodes)
@@ -145,15 +150,15 @@ def test_initial_head_and_structure_of_U(model):
     d = 4
     adj = random_dags(6, d, seed=4)
     out = make_net(d, model, perturb=False)(adj)
-    assert torch.equal(out.theta_loc, torch.zeros_like(out.theta_loc))
+    assert torch.equal(out.theta.loc, torch.zeros_like(out.theta.loc))
     if model == "diag":
-        assert torch.allclose(out.theta_scale, torch.full_like(out.theta_scale, math.log(2)))
+        assert torch.allclose(out.theta.scale, torch.full_like(out.theta.scale, math.log(2)))
         return
     parents = adj.transpose(1, 2)  # [B, j, i]
     eye = torch.eye(d, dtype=adj.dtype)
     initial_diag = torch.where(parents > 0, torch.full_like(parents, math.log(2)), torch.ones_like(parents))
-    assert torch.allclose(out.theta_prec_chol, torch.diag_embed(initial_diag))
-    U = make_net(d, model)(adj).theta_prec_chol  # [B, j, d, d]
+    assert torch.allclose(out.theta.prec_chol, torch.diag_embed(initial_diag))
+    U = make_net(d, model)(adj).theta.prec_chol  # [B, j, d, d]
     assert torch.equal(U.tril(-1), torch.zeros_like(U))
     assert torch.equal(U.diagonal(dim1=-2, dim2=-1)[parents == 0], torch.ones(int((parents == 0).sum()), dtype=U.dtype))
     pairs = parents[..., :, None] * parents[..., None, :]
@@ -164,7 +169,7 @@ def test_initial_head_and_structure_of_U(model):
 @pytest.mark.parametrize("model", MODELS)
 def test_head_outputs_of_node_j_parametrise_column_j(model):
     """With the last layer's weight at 0 and bias ``c``, every node emits ``c``: the first ``d`` entries are the
-    locations of its column, so theta_loc[b, i, j] = c[i] adj[b, i, j] (a function of the parent i), and for "diag"
+    locations of its column, so theta.loc[b, i, j] = c[i] adj[b, i, j] (a function of the parent i), and for "diag"
     the scales are softplus(c[d + i])."""
     d = 4
     adj = random_dags(5, d, seed=10)
@@ -173,33 +178,33 @@ def test_head_outputs_of_node_j_parametrise_column_j(model):
     with torch.no_grad():
         net.theta_head.net[-1].bias.copy_(c)
         out = net(adj)
-    assert torch.allclose(out.theta_loc, c[:d, None] * adj)
+    assert torch.allclose(out.theta.loc, c[:d, None] * adj)
     if model == "diag":
-        assert torch.allclose(out.theta_scale, F.softplus(c[d:, None]).expand(5, d, d))
+        assert torch.allclose(out.theta.scale, F.softplus(c[d:, None]).expand(5, d, d))
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_log_prob_is_the_gaussian_on_the_active_coordinates(model):
-    """theta_log_prob = log N(active entries; mean, cov) with the cov of :func:`gaussian_blocks`
+    """theta.log_prob = log N(active entries; mean, cov) with the cov of :func:`gaussian_blocks`
     (``MultivariateNormal``; "diag" also against a sum of ``Normal`` terms); the empty graph has log-density 0."""
     net = make_net(3, model)
     adj = torch.cat([GRAPHS, torch.zeros(1, 3, 3, dtype=torch.float64)])
     out = net(adj)
     theta = torch.randn(7, 4, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
-    log_p = theta_log_prob(out, adj, theta)  # [7, 4]
+    log_p = out.theta.log_prob(theta)  # [7, 4]
     for b in range(3):
         edges, mean, cov = gaussian_blocks(out, adj, b)
         active = torch.stack([theta[:, b, i, j] for i, j in edges], -1)  # [7, k]
         assert torch.allclose(log_p[:, b], MultivariateNormal(mean, cov).log_prob(active), atol=1e-10)
         if model == "diag":
-            scales = torch.stack([out.theta_scale[b, i, j] for i, j in edges])
+            scales = torch.stack([out.theta.scale[b, i, j] for i, j in edges])
             assert torch.allclose(log_p[:, b], Normal(mean, scales).log_prob(active).sum(-1), atol=1e-10)
     assert torch.equal(log_p[:, 3], torch.zeros(7, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_density_integrates_to_one_over_the_active_coordinates(model):
-    """Trapezoidal quadrature of exp(theta_log_prob) over +-10 marginal standard deviations of the active entries:
+    """Trapezoidal quadrature of exp(theta.log_prob) over +-10 marginal standard deviations of the active entries:
     one edge (a line) and two edges into one child (a plane, correlated for "full"). The other entries of the grid
     points hold noise, which must not matter. A Gaussian's trapezoid error on such a grid is far below 1e-6."""
     with torch.no_grad():
@@ -211,7 +216,7 @@ def test_density_integrates_to_one_over_the_active_coordinates(model):
         theta = torch.randn(len(grid), 3, 3, 3, dtype=torch.float64)  # [M, B, d, d]; noise off the active entries
         for r, (i, j) in enumerate(edges):
             theta[:, b, i, j] = grid[:, r]
-        density = theta_log_prob(out, GRAPHS, theta)[:, b].exp().reshape(*(len(a) for a in axes))
+        density = out.theta.log_prob(theta)[:, b].exp().reshape(*(len(a) for a in axes))
         for a in reversed(axes):
             density = torch.trapezoid(density, a, dim=-1)
         assert abs(float(density) - 1.0) < 1e-6
@@ -227,7 +232,7 @@ def test_rsample_has_the_mean_and_covariance_of_the_density(model):
         out = make_net(3, model)(GRAPHS)
     n = 20000
     torch.manual_seed(6)
-    samples = theta_rsample(out, GRAPHS, n)  # [n, B, d, d]
+    samples = out.theta.rsample((n,))  # [n, B, d, d]
     for b in range(3):
         edges, mean, cov = gaussian_blocks(out, GRAPHS, b)
         x = torch.stack([samples[:, b, i, j] for i, j in edges], -1)  # [n, k]
@@ -241,29 +246,36 @@ def test_rsample_has_the_mean_and_covariance_of_the_density(model):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_samples_vanish_off_the_edges(model):
-    """Entries of theta_rsample where adj = 0 are exactly 0 (non-parents of "full" would otherwise carry eps)."""
+    """Entries of theta.rsample where adj = 0 are exactly 0 (non-parents of "full" would otherwise carry eps): the
+    samples lie in the support, and a sample moved off it does not."""
     adj = random_dags(8, 5, seed=7)
-    samples = theta_rsample(make_net(5, model)(adj), adj, 32)  # [32, 8, 5, 5]
+    theta = make_net(5, model)(adj).theta
+    samples = theta.rsample((32,))  # [32, 8, 5, 5]
     assert (samples[:, adj == 0] == 0).all()
     assert (samples[:, adj == 1] != 0).all()
+    assert theta.support.check(samples).all()
+    off = samples.detach().clone()
+    off[0, adj == 0] = 1.0  # every DAG has non-edges (its diagonal at least)
+    inside = theta.support.check(off)  # [32, 8]
+    assert not inside[0].any() and inside[1:].all()
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_log_prob_ignores_values_off_the_edges(model):
-    """Writing noise, huge values or NaN at the non-edges leaves theta_log_prob (and its gradient) unchanged."""
+    """Writing noise, huge values or NaN at the non-edges leaves theta.log_prob (and its gradient) unchanged."""
     adj = random_dags(8, 5, seed=8)
     out = make_net(5, model)(adj)
-    theta = theta_rsample(out, adj, 4).detach()
-    reference = theta_log_prob(out, adj, theta)
+    theta = out.theta.rsample((4,)).detach()
+    reference = out.theta.log_prob(theta)
     for fill in (torch.randn_like(theta), torch.full_like(theta, 1e300), torch.full_like(theta, float("nan"))):
         dirty = torch.where(adj > 0, theta, fill).requires_grad_(True)
-        log_p = theta_log_prob(out, adj, dirty)
+        log_p = out.theta.log_prob(dirty)
         assert torch.equal(log_p, reference)
         (grad,) = torch.autograd.grad(log_p.sum(), dirty)
         assert torch.isfinite(grad).all() and (grad[:, adj == 0] == 0).all()
     if model == "diag":  # a scale that underflowed to 0 off the edges (softplus of a very negative output) is ignored too
-        underflowed = out._replace(theta_scale=torch.where(adj > 0, out.theta_scale, 0.0))
-        assert torch.equal(theta_log_prob(underflowed, adj, theta), reference)
+        underflowed = DiagNormalTheta(out.theta.loc, torch.where(adj > 0, out.theta.scale, 0.0), out.theta.adj)
+        assert torch.equal(underflowed.log_prob(theta), reference)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -271,12 +283,12 @@ def test_gradients_reach_the_network_through_reparametrised_samples(model):
     """A reparametrised estimate of KL(P_phi(theta | G) || N(1, I)) on the active entries: every parameter on the
     theta path gets a finite gradient, nonzero for the head's last layer and the node embeddings; the edge and stop
     MLPs get none, nor (for "full", whose head reads node features only) the global MLP and LayerNorm. And gradcheck
-    of theta_log_prob through the head's last layer."""
+    of theta.log_prob through the head's last layer."""
     adj = random_dags(8, 4, seed=9)
     net = make_net(4, model)
     out = net(adj)
-    theta = theta_rsample(out, adj, 16)
-    kl = (theta_log_prob(out, adj, theta) + 0.5 * ((theta - 1) ** 2 * adj).sum((-2, -1))).mean()
+    theta = out.theta.rsample((16,))
+    kl = (out.theta.log_prob(theta) + 0.5 * ((theta - 1) ** 2 * adj).sum((-2, -1))).mean()
     kl.backward()
     off_path = ("senders", "receivers", "stop") + (("backbone.global_mlp", "backbone.global_norm") if model == "full" else ())
     for name, p in net.named_parameters():
@@ -285,9 +297,27 @@ def test_gradients_reach_the_network_through_reparametrised_samples(model):
 
     small = make_net(3, model, hidden=4)
     bias = small.theta_head.net[-1].bias
-    point = theta_rsample(small(GRAPHS), GRAPHS, 2).detach()
+    point = small(GRAPHS).theta.rsample((2,)).detach()
 
     def log_p(b):
-        return theta_log_prob(torch.func.functional_call(small, {"theta_head.net.2.bias": b}, (GRAPHS,)), GRAPHS, point)
+        return torch.func.functional_call(small, {"theta_head.net.2.bias": b}, (GRAPHS,)).theta.log_prob(point)
 
     assert torch.autograd.gradcheck(log_p, (bias.detach().clone().requires_grad_(True),))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_rows_select_graphs_of_the_batch(model):
+    """``JSPOutputs.rows`` and ``theta[rows]`` (a slice or an index) equal the outputs of the network on those graphs alone,
+    and a sample of the selected rows is scored as the same sample inside the whole batch."""
+    adj = random_dags(6, 4, seed=11)
+    out = make_net(4, model)(adj)
+    for rows in (slice(1, 4), torch.tensor([5, 0, 2])):
+        part, alone = out.rows(rows), make_net(4, model)(adj[rows])
+        assert type(part.theta) is type(out.theta) and part.theta.batch_shape == alone.theta.batch_shape
+        for a, b in zip((part.edge_logits, part.stop_logit, part.theta.loc, part.theta.adj), (alone.edge_logits, alone.stop_logit, alone.theta.loc, alone.theta.adj)):
+            assert torch.allclose(a, b, atol=1e-12)
+        theta = part.theta.rsample((3,)).detach()
+        assert torch.allclose(part.theta.log_prob(theta), alone.theta.log_prob(theta), atol=1e-12)
+        whole = torch.zeros(3, *adj.shape, dtype=adj.dtype)
+        whole[:, rows] = theta
+        assert torch.allclose(out.theta.log_prob(whole)[:, rows], part.theta.log_prob(theta), atol=1e-12)

@@ -22,9 +22,9 @@ from environments.dag_params.network import JSPOutputs
 from environments.dag_params.objective import ParallelEnvs, transition_loss
 from environments.dag_params.policy import JSPPolicy
 from environments.dag_params.space import DagKernel, join, make_space, pack, split, unpack
+from environments.dag_params.theta import FullNormalTheta
 from gflownet_measure.checks import check_graph
-from gflownet_measure.config import resolve
-from gflownet_measure.policies import UniformPolicy
+from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.rollout import sample_forward
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +82,7 @@ class ExactNetwork(nn.Module):
     def forward(self, adj):
         idx = torch.searchsorted(self.codes, dag_codes(adj > 0.5))
         edge, stop, loc, U = self.table
-        return JSPOutputs(edge[idx], stop[idx], loc[idx], None, U[idx])
+        return JSPOutputs(edge[idx], stop[idx], FullNormalTheta(loc[idx], U[idx], adj.to(loc.dtype)))
 
 
 def _exact_policy(model, perturb: float = 0.0) -> tuple[JSPPolicy, UniformPolicy]:
@@ -90,8 +90,8 @@ def _exact_policy(model, perturb: float = 0.0) -> tuple[JSPPolicy, UniformPolicy
     return JSPPolicy(graph.kappa, ExactNetwork(model, perturb)), UniformPolicy(graph.kappa_b)
 
 
-def _cfg(**kw) -> dict:
-    return resolve(dp.SETTINGS, kw)
+def _cfg(**kw) -> dp.DagParamsConfig:
+    return dp.DagParamsConfig(**kw)
 
 
 def test_pack_unpack_round_trip():

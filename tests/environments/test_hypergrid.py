@@ -7,12 +7,9 @@ from environments import hypergrid
 from gflownet_measure.exact import enumerate_states, index_of, terminating_distribution
 from gflownet_measure.rollout import sample_forward
 
-DEFAULTS = {k: s.default for k, s in hypergrid.SETTINGS.items()}
-
-
 def test_reward_levels_and_partition_function():
     """H = 8, D = 2: each axis has 4 outer-band cells (0, 1, 6, 7) of which 2 are inner (1, 6)."""
-    g = hypergrid.make_graph(DEFAULTS)
+    g = hypergrid.make_graph(hypergrid.HypergridConfig())
     states = enumerate_states(g)
     R = g.log_reward(states).double().exp()
     assert len(states) == 64
@@ -24,7 +21,7 @@ def test_reward_levels_and_partition_function():
 def _exact(height: int, ndim: int, hidden: int):
     """A seeded random policy on the grid and its exact P_T over the enumerated states."""
     torch.manual_seed(0)
-    cfg = DEFAULTS | {"height": height, "ndim": ndim}
+    cfg = hypergrid.HypergridConfig(height=height, ndim=ndim)
     g = hypergrid.make_graph(cfg)
     pf, _ = hypergrid.make_policies(g, cfg, hidden=hidden)
     states = enumerate_states(g)
@@ -45,7 +42,7 @@ def test_exact_terminating_distribution_agrees_with_sampling():
 
 
 def test_encoding_is_one_hot_per_axis():
-    g = hypergrid.make_graph(DEFAULTS | {"height": 4, "ndim": 3})
+    g = hypergrid.make_graph(hypergrid.HypergridConfig(height=4, ndim=3))
     e = g.encode(torch.tensor([[0.0, 3.0, 1.0]]))
     assert e.shape == (1, 12) and e.sum() == 3 and e[0, 0] == 1 and e[0, 4 + 3] == 1 and e[0, 8 + 1] == 1
 

@@ -8,8 +8,10 @@ import torch
 
 from environments import quarter_disc as qd
 from gflownet_measure.checks import check_graph
+from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.heads import BetaMixtureHead
 from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
-from gflownet_measure.policies import BetaMixtureHead, UniformPolicy, tied
+from gflownet_measure.networks import tied
 from gflownet_measure.rollout import log_densities, sample_backward, sample_forward, score
 from gflownet_measure.transforms import ArcChart, WithoutJacobian
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cfg(rho=0.25, jacobian=True):
-    return {"rho": rho, "jacobian": jacobian}
+    return qd.QuarterDiscConfig(rho, jacobian)
 
 
 def states(n, seed=0):
@@ -77,7 +79,7 @@ def test_backward_kernel_mirrors_the_forward_one(rho):
     ok = m.pieces[1].mask
     child = m.pieces[1].chart.forward(s[ok], u[ok])
     kb = g.kappa_b(child)
-    assert (kb.locate(s[ok], torch.zeros(int(ok.sum()), dtype=torch.bool)) == 1).all()  # component 1: the backward arc
+    assert (kb.component_of(s[ok], torch.zeros(int(ok.sum()), dtype=torch.bool)) == 1).all()  # component 1: the backward arc
     # states in the first quarter disc have s0 as their only parent
     inner = states(500, seed=3) * rho / math.sqrt(2)
     kb = g.kappa_b(inner)

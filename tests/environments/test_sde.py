@@ -7,16 +7,17 @@ import torch
 
 from environments import sde
 from environments.sde_targets import TARGETS
-from gflownet_measure.config import resolve
+from experiments.settings import build, resolve
 from gflownet_measure.metrics import log_weights
-from gflownet_measure.objectives import DIVERGENCES, OBJECTIVES, GFlowNet
+from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import log_densities, rollout, sample_forward, score
 
 
 def setup(**overrides):
     cfg = resolve(sde.SETTINGS, {"hidden": 16} | overrides)
-    graph = sde.make_graph(cfg)
-    pf, pb = sde.make_policies(graph, cfg)
+    space = build(sde.SDEConfig, cfg)
+    graph = sde.make_graph(space)
+    pf, pb = sde.make_policies(graph, space)
     return cfg, graph, pf, pb
 
 
@@ -30,7 +31,7 @@ def test_bridge_is_the_exact_backward_law_of_the_reference_process(target):
     traj, scores = rollout(graph, pf, 256, pb=pb)
     w = log_weights(traj.log_R, scores.log_pf, scores.log_pb, traj.mask)
     x = traj.terminal[:, :-1].double()
-    sigma = sde.sigma_of(cfg)
+    sigma = sde.sigma_of(build(sde.SDEConfig, cfg))
     ref = -0.5 * (x / sigma).square().sum(1) - x.shape[1] * (math.log(sigma) + 0.5 * math.log(2 * math.pi))
     assert torch.allclose(w.double(), traj.log_R.double() - ref, atol=2e-4)
     # and the rollout's scores are the densities log_densities recomputes from the states
@@ -53,7 +54,7 @@ def test_reparametrised_rollout_carries_gradients_to_the_policy():
         pf.net.joint[-1].weight.normal_(0, 0.1)
     traj, scores = rollout(graph, pf, 64, pb=pb, reparametrise=True)
     assert traj.states.requires_grad and traj.log_R.requires_grad
-    loss = DIVERGENCES["reverse_kl"](gfn, graph, traj, scores=scores)
+    loss = OBJECTIVES["reverse_kl"](gfn, Batch(graph, traj, scores, pathwise=True))
     loss.backward()
     assert pf.net.x_net[0].weight.grad.abs().sum() > 0  # only reachable through the sampled states
 
@@ -92,7 +93,7 @@ def test_batched_scores_equal_the_scored_rollout(noise):
 
 def test_widening_a_beta_policy_is_an_error():
     from environments import quarter_disc
-    cfg = resolve(quarter_disc.SETTINGS, {})
+    cfg = quarter_disc.QuarterDiscConfig()
     g = quarter_disc.make_graph(cfg)
     pf, _ = quarter_disc.make_policies(g, cfg)
     with pytest.raises(ValueError, match="Gaussian"):
@@ -134,7 +135,7 @@ def test_langevin_term_adds_the_clipped_score():
         loc0 = plain(s).coords[0](torch.ones(8, dtype=torch.bool)).mean
     c = float(pf.langevin(torch.full((1,), 0.3))[0, 0].detach())  # 0.01 at initialisation
     assert c == pytest.approx(0.01)
-    assert torch.allclose(loc - loc0, c * score * math.sqrt(0.1) / sde.sigma_of(cfg), atol=1e-5)
+    assert torch.allclose(loc - loc0, c * score * math.sqrt(0.1) / sde.sigma_of(build(sde.SDEConfig, cfg)), atol=1e-5)
     # the training path samples with this policy too: its gradient of log R must be computable inside sample_forward
     assert sample_forward(graph, pf, 4).states.shape == (12, 4, 3)
 
@@ -145,17 +146,18 @@ def test_target_regime_weights_are_uniform_and_forward_kl_is_the_likelihood():
     cfg, graph, pf, pb = setup(n_steps=6)
     cfg |= {"batch_size": 64}
     gfn = GFlowNet(pf, pb)
-    traj, scores = _target_batch(graph, gfn, cfg)
-    loss = DIVERGENCES["forward_kl"](gfn, graph, traj, scores=scores)
+    batch = _target_batch(graph, gfn, cfg)
+    traj, scores = batch.traj, batch.scores
+    loss = OBJECTIVES["forward_kl"](gfn, batch)
     assert float(loss.detach()) == pytest.approx(-float((scores.log_pf * traj.mask).sum(0).mean().detach()), rel=1e-5)
-    assert "tb" in OBJECTIVES and float(OBJECTIVES["tb"](gfn, graph, traj, scores=scores).detach()) > 0
+    assert float(OBJECTIVES["tb"](gfn, batch).detach()) > 0
 
 
 def test_divergences_need_scores():
     cfg, graph, pf, pb = setup(n_steps=3)
     traj, _ = rollout(graph, pf, 4)
     with pytest.raises(ValueError, match="scores"):
-        DIVERGENCES["forward_kl"](GFlowNet(pf, pb), graph, traj)
+        OBJECTIVES["forward_kl"](GFlowNet(pf, pb), Batch(graph, traj))
 
 
 def test_checks_catch_a_policy_without_its_jacobian():

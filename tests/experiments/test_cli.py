@@ -20,7 +20,7 @@ def test_list_names_every_experiment_and_environment(capsys):
         (["run", "nope"], "unknown experiment 'nope'; valid: hypergrid"),
         (["run", "hypergrid", "--preset", "huge"], "unknown preset 'huge' for hypergrid; valid: quick, paper"),
         (["run", "hypergrid", "--set", "colour=red"], "unknown setting 'colour'; valid:"),
-        (["run", "hypergrid", "--set", "loss=xx"], "loss='xx' is not allowed; valid: db, fm, subtb, tb"),
+        (["run", "hypergrid", "--set", "objective=xx"], "objective='xx' is not allowed; valid: db, fm, subtb, tb, vargrad"),
         (["run", "hypergrid", "--set", "backward=maybe"], "valid: uniform, learned"),
         (["run", "hypergrid", "--set", "height=1"], "height=1 is out of range"),
         (["run", "hypergrid", "--set", "height=64", "ndim=4"], "height=64, ndim=4 is a grid of 16,777,216 states; valid: at most 262,144"),
@@ -43,7 +43,7 @@ def test_bad_input_is_one_line_with_exit_code_2(argv, message, capsys, tmp_path)
 
 
 def test_bad_input_prints_no_traceback():
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--set", "loss=xx"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--set", "objective=xx"], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
 
 
@@ -64,17 +64,26 @@ def test_quick_preset_run_writes_the_contract(tmp_path):
     # run that learned the flow but not log Z (lr_logZ 0.1 over 3,000 updates) would stay near 0
     assert abs(metrics["log_Z_learned"] - metrics["log_Z_exact"]) < 0.5
     config = json.loads((out / "config.json").read_text())
-    assert config["settings"]["loss"] == "tb" and config["seed"] == 0
+    assert config["settings"]["objective"] == "tb" and config["seed"] == 0
     assert {"distribution.png", "l1_to_target.png"} <= {p.name for p in out.glob("*.png")}
     check_contract(out)
 
 
-@pytest.mark.parametrize("loss", ["db", "subtb", "fm"])
-def test_every_loss_runs_end_to_end(loss, tmp_path):
-    out = tmp_path / loss
-    assert main(["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", f"loss={loss}", "steps=20", "eval_every=10", "eval_samples=50", "backward=learned"]) == 0
+@pytest.mark.parametrize("objective", ["db", "subtb", "fm", "vargrad"])
+def test_every_objective_runs_end_to_end(objective, tmp_path):
+    out = tmp_path / objective
+    assert main(["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", f"objective={objective}", "steps=20", "eval_every=10", "eval_samples=50", "backward=learned"]) == 0
     rows = [json.loads(r) for r in (out / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [10, 20] and all(r["loss"] >= 0 for r in rows)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert ("log_Z_learned" in metrics) == (objective != "vargrad")  # VarGrad learns no log Z: nothing to report
+
+
+def test_the_former_name_loss_still_works_with_a_warning(tmp_path):
+    out = tmp_path / "r"
+    with pytest.warns(FutureWarning, match="^setting 'loss' is now called 'objective'; give objective=db$"):
+        assert main(["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "loss=db", "steps=5", "eval_every=5", "eval_samples=20"]) == 0
+    assert json.loads((out / "config.json").read_text())["settings"]["objective"] == "db"
 
 
 def test_resume_from_the_command_line(tmp_path):

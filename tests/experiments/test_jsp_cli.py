@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from experiments import jsp_gfn
+from environments.dag_params import objective as jsp_objective
 from experiments.cli import main
 
 TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50"]
@@ -52,7 +52,7 @@ def test_resume_continues_the_uninterrupted_run(tmp_path, monkeypatch):
     replay buffer and the graphs the environments are building, besides the weights, optimiser and RNG states."""
     args = ["--threads", "1", "--set", "steps=8", "eval_every=4", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50", "num_envs=4"]
     assert main(["run", "jsp-gfn", "--out", str(tmp_path / "full"), *args]) == 0
-    real, calls = jsp_gfn.transition_loss, []
+    real, calls = jsp_objective.transition_loss, []  # called by the registered objective undirected_subtb
 
     def failing(*a, **k):
         calls.append(1)
@@ -60,10 +60,10 @@ def test_resume_continues_the_uninterrupted_run(tmp_path, monkeypatch):
             raise Interrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(jsp_gfn, "transition_loss", failing)
+    monkeypatch.setattr(jsp_objective, "transition_loss", failing)
     with pytest.raises(Interrupt):
         main(["run", "jsp-gfn", "--out", str(tmp_path / "cut"), *args])
-    monkeypatch.setattr(jsp_gfn, "transition_loss", real)
+    monkeypatch.setattr(jsp_objective, "transition_loss", real)
     assert main(["run", "jsp-gfn", "--out", str(tmp_path / "cut"), "--resume"]) == 0
 
     def rows(run):

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_run_writes_the_contract(tmp_path):
     """One configuration not covered by the figure-1 test below (which runs every loss x P_B x rho)."""
     out = tmp_path / "run"
-    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *TINY, "loss=tb", "backward=learned", "jacobian=false"]) == 0
+    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *TINY, "objective=tb", "backward=learned", "jacobian=false"]) == 0
     check_contract(out)
     metrics = json.loads((out / "metrics.json").read_text())
     # JSDs lie in [0, log 2]; log Z exact is log 0.305
@@ -31,7 +31,7 @@ def test_run_writes_the_contract(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--set", "loss=fm"], "loss='fm' is not allowed; valid: tb, db"),
+    (["--set", "objective=fm"], "objective='fm' is not allowed; valid: db, subtb, tb, vargrad"),
     (["--set", "backward=tied"], "valid: uniform, learned"),
     (["--set", "rho=0.9"], "rho=0.9 is out of range"),
     (["--set", "jacobian=maybe"], "jacobian='maybe' is not a valid bool"),

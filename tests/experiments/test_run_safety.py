@@ -1,7 +1,6 @@
 """A run folder never loses a run to a failing command: validation before the folder is touched, ownership, the lock,
 checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability)."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from environments.dag_params import make_problem
-from environments.dag_params import SETTINGS as DAG_SETTINGS
+from environments.dag_params import DagParamsConfig, make_problem
 from environments.dag_params.bayesnet import load_csv
 from experiments import plots
 from experiments.cli import main
@@ -201,9 +199,8 @@ def test_a_folder_is_not_a_missing_csv(tmp_path):
 def test_a_wide_csv_names_its_columns_and_the_limit(tmp_path):
     path = tmp_path / "wide.csv"
     path.write_text(",".join(f"v{i}" for i in range(30)) + "\n" + "\n".join(",".join("0.5" for _ in range(30)) for _ in range(3)) + "\n")
-    cfg = {k: s.default for k, s in DAG_SETTINGS.items()} | {"data": str(path)}
     with pytest.raises(ValueError, match="has 30 columns \\(variables\\); .* at most 5: keep at most 5 columns"):
-        make_problem(cfg)
+        make_problem(DagParamsConfig(data=str(path)))
 
 
 def test_jsp_batch_larger_than_the_buffer_is_an_error(tmp_path, capsys):

@@ -79,10 +79,11 @@ def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
 
     from environments import sde as env
     from experiments.sde import SETTINGS, exploration_noise
+    from experiments.settings import build
 
     cfg = {k: s.default for k, s in SETTINGS.items()} | {"regime": "off", "exploration": 0.1, "steps": 1000}
-    c2 = env.sigma_of(cfg) ** 2 / cfg["n_steps"]
-    assert env.sigma_of(cfg) == math.sqrt(5.0)
+    c2 = env.sigma_of(build(env.SDEConfig, cfg)) ** 2 / cfg["n_steps"]
+    assert env.sigma_of(build(env.SDEConfig, cfg)) == math.sqrt(5.0)
     assert exploration_noise(cfg, 0) * c2 == pytest.approx(0.01)
     assert exploration_noise(cfg, 500) * c2 == pytest.approx(0.0025) and exploration_noise(cfg, 1000) == 0.0
     assert exploration_noise(cfg | {"regime": "on"}, 0) == 0.0

@@ -1,0 +1,65 @@
+"""The command line's settings: layers of ``key=value`` resolved against declared :class:`~gflownet_measure.options.Setting`\\ s,
+and the one error type (:class:`ConfigError`) that the command line prints as one line with exit code 2."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Sequence, TypeVar
+
+from gflownet_measure.options import Setting
+
+__all__ = ["ConfigError", "resolve", "parse_assignments", "build"]
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A user error in names or values; its message is one line naming the problem and the valid choices."""
+
+
+def _aliases(schema: dict[str, Setting]) -> dict[str, str]:
+    return {alias: key for key, s in schema.items() for alias in s.aliases}
+
+
+def resolve(schema: dict[str, Setting], *layers: dict[str, Any]) -> dict[str, Any]:
+    """Defaults overridden by each layer in turn (preset, then ``--set``), every key and value validated.
+
+    A former name of a key (:attr:`Setting.aliases`) is read as the key, with a one-line ``FutureWarning``.
+    """
+    out = {k: s.default for k, s in schema.items()}
+    aliases = _aliases(schema)
+    for layer in layers:
+        for k, v in layer.items():
+            if k in aliases:
+                warnings.warn(f"setting {k!r} is now called {aliases[k]!r}; give {aliases[k]}={v}", FutureWarning, stacklevel=2)
+                k = aliases[k]
+            if k not in schema:
+                raise ConfigError(f"unknown setting {k!r}; valid: {', '.join(sorted(schema))}")
+            try:
+                out[k] = schema[k].parse(k, v)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+    return out
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, str]:
+    """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; each item must be ``key=value``, each key given once."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key = key.strip()
+        if key in out:
+            raise ConfigError(f"--set gives {key} twice ({key}={out[key]} and {key}={value.strip()}); give each key once")
+        out[key] = value.strip()
+    return out
+
+
+def build(cls: type[T], cfg: dict[str, Any]) -> T:
+    """The typed settings dataclass ``cls`` from the resolved settings ``cfg`` (its fields' keys); the ``ValueError``
+    of a value the dataclass rejects becomes a :class:`ConfigError`."""
+    try:
+        return cls(**{f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name in cfg})
+    except ValueError as e:
+        raise ConfigError(str(e)) from None

@@ -1,0 +1,220 @@
+"""Policies as densities with respect to reference kernels (Lahlou et al. 2023, section 3).
+
+A forward policy :math:`P_F(s, \\cdot) \\ll \\kappa(s, \\cdot)` is a categorical choice among the
+kernel's components (atoms and continuous pieces), then a density ``q_c(u)`` over the chart
+coordinates of the chosen piece. Its density w.r.t. :math:`\\kappa(s, \\cdot)` is
+
+.. math:: p(s, x) = \\frac{\\pi_k}{m_k} \\text{ at atom } x_k, \\qquad
+   p(s, \\varphi_c(u)) = \\pi_c\\, \\frac{q_c(u)}{|J_c(u)|} \\text{ on piece } c,
+
+so the chart's Jacobian enters every continuous density. Backward policies are the same objects
+w.r.t. :math:`\\kappa_b`.
+"""
+from __future__ import annotations
+
+import functools
+from abc import abstractmethod
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Distribution, Independent, Normal, Uniform
+
+from .kernels import Kernel
+from .measures import Measure, SupportPoint
+
+__all__ = ["CoordinateFamily", "KernelDensity", "Policy", "UniformPolicy", "gumbel_max", "uniform_density"]
+
+
+CoordinateFamily = Callable[[Tensor], Distribution]
+"""``rows [B] bool -> q_c(. | s_b)`` for the selected rows: a piece's coordinate densities, built only where needed."""
+
+
+class KernelDensity:
+    """:math:`P(s_b, \\cdot)` for a batch of states: component logits plus coordinate densities.
+
+    Args:
+        measure: the reference measures :math:`\\kappa(s_b, \\cdot)`, ``B`` of them.
+        logits: ``[B, K + C]`` unnormalised log-probabilities of the ``K`` atoms and ``C`` pieces
+            (absent components are masked out). For flow matching they are log edge flows.
+        coords: one :data:`CoordinateFamily` per piece: given a row mask, the distributions over the
+            chart coordinates of those rows (batch ``[rows]``, event ``[k]``). They are only built for
+            the rows that sample or are located on the piece.
+    """
+
+    def __init__(self, measure: Measure, logits: Tensor, coords: Sequence[CoordinateFamily] = ()):
+        if len(coords) != len(measure.pieces):
+            raise ValueError(f"KernelDensity needs one coordinate family per piece: {len(coords)} for {len(measure.pieces)} pieces")
+        mask = measure.component_mask()
+        present = mask.any(1)
+        if not bool(present.all()):
+            raise ValueError(f"the reference kernel is the zero measure at {int((~present).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0")
+        self.measure, self.coords = measure, tuple(coords)
+        self.logits = logits.masked_fill(~mask, float("-inf"))
+        self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
+
+    def sample(self, epsilon: float = 0.0, reparametrise: bool = False) -> tuple[Tensor, Tensor]:
+        """Sample :math:`x \\sim (1-\\epsilon) P(s, \\cdot) + \\epsilon U(s, \\cdot)` (``U``: :class:`UniformPolicy`).
+
+        Returns the next states ``x [B, D]`` (rows that chose the sink repeat nothing meaningful)
+        and ``sink [B]`` bool. With ``reparametrise`` the chart coordinates are drawn with
+        ``rsample`` so that ``x`` is differentiable in the policy's parameters (the choice of
+        component stays discrete); exploration then is not allowed.
+        """
+        x, sink, _ = self.draw(epsilon, reparametrise)
+        return x, sink
+
+    def draw(self, epsilon: float = 0.0, reparametrise: bool = False) -> tuple[Tensor, Tensor, SupportPoint]:
+        """:meth:`sample`, plus the :class:`~gflownet_measure.measures.SupportPoint` (component and chart coordinates) it drew, for :meth:`log_prob_at`."""
+        if reparametrise and epsilon > 0:
+            raise ValueError("reparametrised sampling draws from the policy itself; epsilon must be 0")
+        m = self.measure
+        log_probs = self.log_probs.detach()
+        explore = None  # rows that move uniformly (epsilon > 0 only)
+        if epsilon > 0:
+            uniform = uniform_density(m)
+            explore = torch.rand(m.batch, device=log_probs.device) < epsilon
+            log_probs = torch.where(explore[:, None], uniform.log_probs.to(log_probs.dtype), log_probs)
+        comp = gumbel_max(log_probs)
+        K = m.atoms.count
+        rows = torch.arange(m.batch, device=comp.device)
+        k = comp.clamp(max=max(K - 1, 0))
+        x = m.atoms.x[rows, k] if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)
+        sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
+        x, us = x.clone(), []
+        for c, p in enumerate(m.pieces):
+            chosen = comp == K + c
+            u = None
+            if chosen.any():
+                q = self.coords[c](chosen)
+                u = q.rsample() if reparametrise else q.sample()
+                if explore is not None and explore[chosen].any():
+                    u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
+                x = x.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(x.dtype))
+            us.append(u)
+        return x, sink, SupportPoint(comp, tuple(us))
+
+    def widened(self, variance: float) -> "KernelDensity":
+        """The same density with ``variance`` added to every Gaussian coordinate density (off-policy exploration).
+
+        .. math:: q_c(u) = \\mathcal N(u; m, \\mathrm{diag}(v)) \\;\\to\\; \\mathcal N(u; m, \\mathrm{diag}(v + \\text{variance}))
+
+        in chart coordinates (Lahlou et al. 2023, section 4.2: the exploration noise of the SDE
+        samplers). The component probabilities are unchanged; raises on non-Gaussian coordinates.
+        """
+        if variance < 0:
+            raise ValueError(f"widened needs a non-negative extra variance, got {variance}")
+        return KernelDensity(self.measure, self.logits, [functools.partial(_widen_rows, c, variance) for c in self.coords])
+
+    def log_prob(self, x: Tensor, sink: Tensor) -> Tensor:
+        """:math:`\\log \\frac{dP(s_b,\\cdot)}{d\\kappa(s_b,\\cdot)}(x_b)` ``[B]``; raises if ``x_b`` is outside the kernel's support.
+
+        On piece ``c``: :math:`\\log \\pi_c + \\log q_c(u) - \\log|J_c(u)|` with :math:`u = \\varphi_c^{-1}(x)`.
+        """
+        return self.log_prob_at(self.point_of(x, sink))
+
+    def point_of(self, x: Tensor, sink: Tensor) -> SupportPoint:
+        """``x`` as a :class:`~gflownet_measure.measures.SupportPoint` of the kernel (the component holding it and its chart coordinates),
+        to evaluate this density and others on the same kernel at ``x`` without inverting the charts again; raises if ``x_b`` is outside the kernel's support."""
+        point = self.measure.point_of(x, sink)
+        outside = point.comp < 0
+        if outside.any():
+            i = int(outside.nonzero()[0])
+            raise ValueError(f"{int(outside.sum())} transitions lie outside the reference kernel's support (first: to {x[i].tolist()}, sink={bool(sink[i])})")
+        return point
+
+    def log_prob_at(self, point: SupportPoint) -> Tensor:
+        """The log-density ``[B]`` at the points a :class:`~gflownet_measure.measures.SupportPoint` names (a draw of this density or of another on the same kernel),
+        without inverting the charts."""
+        comp = point.comp
+        K = self.measure.atoms.count
+        rows = torch.arange(len(comp), device=comp.device)
+        out = self.log_probs[rows, comp]
+        if K:
+            is_atom = comp < K
+            out = out - torch.where(is_atom, self.measure.atoms.log_mass[rows, comp.clamp(max=K - 1)], torch.zeros_like(out))
+        for c, p in enumerate(self.measure.pieces):
+            on = comp == K + c
+            if on.any():
+                u = point.u[c]
+                density = (self.coords[c](on).log_prob(u) - p.chart.log_abs_det_jacobian(p.context[on], u)).to(out.dtype)
+                out = out + torch.zeros_like(out).index_put((on.nonzero()[:, 0],), density)
+        return out
+
+    def log_flow(self, x: Tensor, sink: Tensor) -> Tensor:
+        """Unnormalised logit of the atom holding ``x``: the log edge flow :math:`\\log F(s \\to x)` (flow matching)."""
+        comp = self.measure.component_of(x, sink)
+        if (comp < 0).any() or (comp >= self.measure.atoms.count).any():
+            raise ValueError("log_flow is defined on atoms of the kernel only")
+        return self.logits[torch.arange(len(comp)), comp]
+
+
+def gumbel_max(logits: Tensor) -> Tensor:
+    """One index per row of ``logits [..., C]``, :math:`P(j) = \\mathrm{softmax}(\\ell)_j`: :math:`\\arg\\max_j (\\ell_j + G_j)`, :math:`G_j` i.i.d. Gumbel.
+
+    The Gumbel-max trick: exact, and a few elementwise operations where ``torch.multinomial`` costs
+    a rollout step more than its policy network. ``-inf`` logits (absent components) are never drawn:
+    the uniforms are kept off 0 (``torch.rand`` returns 0 once in ~2^24 draws in float32; its Gumbel
+    would be +inf, every score -inf and ``argmax`` the first component, present or not).
+    """
+    u = torch.rand(logits.shape, dtype=logits.dtype, device=logits.device).clamp_(min=torch.finfo(logits.dtype).tiny)
+    return (logits - u.log_().neg_().log_()).argmax(-1)  # in place: log(-log u), no temporaries
+
+
+def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Distribution:
+    q = family(rows)
+    base = q.base_dist if isinstance(q, Independent) else q
+    if not isinstance(base, Normal):
+        raise ValueError(f"extra-variance exploration needs Gaussian coordinate densities, got {type(base).__name__}")
+    widened = Normal(base.loc, (base.scale.square() + variance).sqrt(), validate_args=False)
+    return Independent(widened, q.reinterpreted_batch_ndims) if isinstance(q, Independent) else widened
+
+
+def _uniform_rows(low: Tensor, high: Tensor, rows: Tensor) -> Distribution:
+    n = int(rows.sum())
+    return Independent(Uniform(low.expand(n, -1), high.expand(n, -1), validate_args=False), 1)
+
+
+def uniform_density(measure: Measure) -> KernelDensity:
+    """Equal probability for each present component, uniform coordinates on each chart's box.
+
+    .. math:: \\pi_k = 1/|\\text{components}|, \\quad q_c(u) = 1/\\lambda(U_c)
+
+    An exact density (it integrates to one against the kernel); uniform w.r.t. the reference
+    measure itself when atoms have unit mass and charts have constant Jacobian.
+    """
+    coords = []
+    for p in measure.pieces:
+        if not p.chart.domain.bounded:
+            raise ValueError("a uniform policy needs bounded chart domains")
+        coords.append(functools.partial(_uniform_rows, torch.as_tensor(p.chart.domain.low, dtype=p.context.dtype), torch.as_tensor(p.chart.domain.high, dtype=p.context.dtype)))
+    logits = torch.zeros(measure.batch, measure.n_components, dtype=measure.atoms.log_mass.dtype)
+    return KernelDensity(measure, logits, coords)
+
+
+class Policy(nn.Module):
+    """A conditional density :math:`P(s, \\cdot)` w.r.t. ``kernel``; ``policy(s)`` is a :class:`KernelDensity`."""
+
+    def __init__(self, kernel: Kernel):
+        super().__init__()
+        self.kernel = kernel
+
+    def forward(self, s: Tensor) -> KernelDensity:
+        m = self.kernel(s)
+        logits, coords = self.parameters_at(s, m)
+        return KernelDensity(m, logits, coords)
+
+    @abstractmethod
+    def parameters_at(self, s: Tensor, measure: Measure) -> tuple[Tensor, list[CoordinateFamily]]:
+        """Component logits ``[B, K + C]`` and one :data:`CoordinateFamily` per piece at states ``s``."""
+
+
+class UniformPolicy(Policy):
+    """The fixed uniform policy of :func:`uniform_density` (e.g. the uniform :math:`P_B` of Bengio et al. 2021)."""
+
+    def forward(self, s: Tensor) -> KernelDensity:
+        return uniform_density(self.kernel(s))
+
+    def parameters_at(self, s, measure):
+        d = uniform_density(measure)
+        return d.logits, list(d.coords)

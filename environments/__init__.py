@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from gflownet_measure.options import Setting, settings_of
+from gflownet_measure.options import Setting, lookup, settings_of
 from gflownet_measure.graph import PointedGraph
 
 from . import dag_params, hypergrid, quarter_disc, sde
@@ -44,6 +44,4 @@ ENVIRONMENTS: dict[str, EnvironmentSpec] = {
 
 
 def get_environment(name: str) -> EnvironmentSpec:
-    if name not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {name!r}; valid: {', '.join(sorted(ENVIRONMENTS))}")
-    return ENVIRONMENTS[name]
+    return lookup(ENVIRONMENTS, name, "environment")

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gflownet_measure.options import Setting
+from gflownet_measure.options import Setting, lookup
 
 from .settings import ConfigError
 
@@ -44,6 +44,7 @@ def register(exp: Experiment) -> Experiment:
 
 
 def get_experiment(name: str) -> Experiment:
-    if name not in EXPERIMENTS:
-        raise ConfigError(f"unknown experiment {name!r}; valid: {', '.join(sorted(EXPERIMENTS))}")
-    return EXPERIMENTS[name]
+    try:
+        return lookup(EXPERIMENTS, name, "experiment")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None

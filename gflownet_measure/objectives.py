@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from . import losses
 from .graph import PointedGraph
 from .metrics import log_weights
+from .options import lookup
 from .rollout import Scores, log_densities, rollout, sample_forward, score
 from .trajectories import Trajectories
 
@@ -150,9 +151,7 @@ def register(objective: Objective) -> Objective:
 
 def get_objective(name: str) -> Objective:
     """The registered objective ``name``; ``ValueError`` naming the valid ones otherwise."""
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; valid: {', '.join(sorted(OBJECTIVES))}")
-    return OBJECTIVES[name]
+    return lookup(OBJECTIVES, name, "objective")
 
 
 def objective_names(divergence: bool | None = None, continuous: bool = False, batch: str = "trajectories") -> tuple[str, ...]:

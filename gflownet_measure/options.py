@@ -10,9 +10,11 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, TypeVar
 
-__all__ = ["Setting", "option", "settings_of", "check_options"]
+T = TypeVar("T")
+
+__all__ = ["Setting", "option", "settings_of", "check_options", "lookup"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +77,10 @@ def check_options(obj: Any) -> None:
     for name, setting in settings_of(type(obj)).items():
         value = getattr(obj, name)
         setting.check(name, float(value) if type(setting.default) is float and type(value) is int else value)
+
+
+def lookup(table: Mapping[str, T], name: str, what: str) -> T:
+    """``table[name]``; a ``ValueError`` naming ``what`` was asked for and the valid names otherwise (a registry's lookup)."""
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r}; valid: {', '.join(sorted(table))}")
+    return table[name]

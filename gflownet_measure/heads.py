@@ -1,24 +1,65 @@
 """Coordinate families: densities :math:`q_c(u)` over the chart coordinates of a piece (Lahlou et al. 2023, section 4.1).
 
-A head maps raw network outputs to a distribution on ``[0, 1]^k`` w.r.t. ``du``;
-:class:`~gflownet_measure.densities.KernelDensity` divides it by the chart's Jacobian.
+A head maps raw network outputs to a distribution w.r.t. ``du`` on its box ``domain`` (a
+:class:`~gflownet_measure.measures.Box`), which must be the domain ``U`` of its piece's chart:
+:class:`~gflownet_measure.densities.KernelDensity` divides the density by the chart's Jacobian, and a
+density on another box does not integrate to one against the piece. :func:`check_head` says so
+(:class:`~gflownet_measure.networks.MLPPolicy` calls it).
 
-Every law here clamps its samples and its evaluation points to ``[edge, 1 - edge]``. A Beta with a
-concentration below 1 puts mass within float round-off of 0 and 1 (Beta(0.1, 0.1): 13% beyond 1e-6 of
-an edge); there a chart's inverse cannot recover ``u`` to the precision its log-density needs (an arc
-maps ``u = 1e-30`` and ``u = 0`` to the same float), so ``log_prob`` turns infinite or NaN on sampled
-transitions. Clamping both keeps sample and density on the same representable points; the moved mass
-is at most :math:`P(u < \\text{edge}) + P(u > 1 - \\text{edge})`.
+- Beta heads (:class:`BetaHead`, :class:`BetaMixtureHead`) live on ``[0, 1]^k`` or, given ``domain``, on
+  any bounded box :math:`\\prod_i [l_i, h_i]`: there the law of :math:`u = l + (h - l) \\odot v` with ``v`` the
+  ``[0, 1]^k`` law (:class:`Rescaled`, e.g. the box ``[-1, 0]`` of a backward move).
+- :class:`VonMisesHead` lives on a box of one period per coordinate: the head of a periodic chart
+  (:class:`~gflownet_measure.transforms.AffineChart` with ``period``: a circle, a torus), whose density is
+  continuous across the point where the box's two ends meet.
+
+Every Beta law here clamps its samples and its evaluation points to ``[edge, 1 - edge]`` (on ``[0, 1]``,
+before any rescaling). A Beta with a concentration below 1 puts mass within float round-off of 0 and 1
+(Beta(0.1, 0.1): 13% beyond 1e-6 of an edge); there a chart's inverse cannot recover ``u`` to the
+precision its log-density needs (an arc maps ``u = 1e-30`` and ``u = 0`` to the same float), so
+``log_prob`` turns infinite or NaN on sampled transitions. Clamping both keeps sample and density on
+the same representable points; the moved mass is at most :math:`P(u < \\text{edge}) + P(u > 1 - \\text{edge})`.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
-from torch.distributions import Beta, Dirichlet, Distribution, Independent, constraints
+from torch.distributions import Beta, Dirichlet, Distribution, Independent, VonMises, constraints
 
 from .densities import gumbel_max
+from .measures import Box
 
-__all__ = ["ClampedBetaProduct", "BetaMixture", "BetaHead", "BetaMixtureHead"]
+__all__ = ["ClampedBetaProduct", "BetaMixture", "Rescaled", "WrappedVonMises", "BetaHead", "BetaMixtureHead", "VonMisesHead", "box_text", "check_head"]
+
+
+def box_text(box: Box) -> str:
+    """``[l, h]^k`` when every coordinate has the same bounds, else ``[l_1, h_1] x [l_2, h_2] x ...`` (numbers as ``%g``)."""
+    sides = [f"[{lo:g}, {hi:g}]" for lo, hi in zip(box.low, box.high)]
+    return f"{sides[0]}^{box.dim}" if len(set(sides)) == 1 else " x ".join(sides)
+
+
+def check_head(index: int, head: nn.Module, chart) -> None:
+    """Raise ``ValueError`` unless head ``index`` declares a ``domain`` box equal to the domain of piece ``index``'s ``chart``.
+
+    Same box, hence same dimension: :math:`\\int_U q_c(u)\\,du = 1` only over the box ``U`` the head's
+    density lives on (module docstring).
+    """
+    domain = getattr(head, "domain", None)
+    if not isinstance(domain, Box):
+        raise ValueError(f"head {index} ({type(head).__name__}) declares no domain box, so it cannot be matched with {_piece_text(index, chart)}: a head names the Box its density lives on")
+    if (tuple(domain.low), tuple(domain.high)) != (tuple(chart.domain.low), tuple(chart.domain.high)):
+        raise ValueError(f"head {index} ({type(head).__name__}(k={domain.dim}), on {box_text(domain)}) does not match {_piece_text(index, chart)}: a head's dimension and box must be its chart's")
+
+
+def _piece_text(index: int, chart) -> str:
+    return f"piece {index}'s chart {type(chart).__name__} with domain {box_text(chart.domain)}"
+
+
+def _bounds(box: Box, like: Tensor) -> tuple[Tensor, Tensor]:
+    """``(low, high)`` ``[k]`` each, in the dtype and on the device of ``like``."""
+    return tuple(torch.as_tensor(v, dtype=like.dtype, device=like.device) for v in (box.low, box.high))
 
 
 class _EdgeClamped(Distribution):
@@ -89,19 +130,90 @@ class BetaMixture(_EdgeClamped):
         return torch.logsumexp(torch.log_softmax(self.logits, -1) + per_component, -1)
 
 
-class BetaHead(nn.Module):
-    """Product of Betas on ``[0, 1]^k``, concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)`.
+class Rescaled(Distribution):
+    """The law of :math:`u = l + (h - l) \\odot v` with :math:`v \\sim q_0`, a law ``base`` on :math:`[0, 1]^k`: ``base`` moved onto the box ``[low, high]``.
 
-    .. math:: q(u) = \\prod_{i=1}^k \\mathrm{Beta}(u_i; \\alpha_i, \\beta_i),\\quad \\alpha_i, \\beta_i \\in [c_{min}, c_{min} + c_{span}]
+    .. math:: q(u) = q_0\\Big(\\frac{u - l}{h - l}\\Big) \\prod_{i=1}^k \\frac{1}{h_i - l_i}
 
-    A density over chart coordinates (w.r.t. ``du``); :class:`~gflownet_measure.densities.KernelDensity` divides by the chart's
-    Jacobian. Coordinates are clamped to ``[edge, 1 - edge]`` (module docstring); ``edge``
-    defaults to 1e-6, about the float32 spacing just below 1.
+    (the change of variables of the affine map, whose Jacobian is :math:`\\prod_i (h_i - l_i)`). Reparametrisable
+    when ``base`` is; ``low, high [k]``.
     """
 
-    def __init__(self, k: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6):
+    arg_constraints: dict = {}
+
+    def __init__(self, base: Distribution, low: Tensor, high: Tensor):
+        self.base, self.low, self.high = base, low, high
+        self.width = high - low
+        self.log_width = self.width.log().sum(-1)  # log prod_i (h_i - l_i)
+        self.has_rsample = base.has_rsample
+        super().__init__(base.batch_shape, base.event_shape, validate_args=False)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=1)
+    def support(self):
+        return constraints.independent(constraints.interval(self.low, self.high), 1)
+
+    def rsample(self, sample_shape=torch.Size()) -> Tensor:
+        return self.low + self.width * self.base.rsample(sample_shape)
+
+    def sample(self, sample_shape=torch.Size()) -> Tensor:
+        return self.low + self.width * self.base.sample(sample_shape)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return self.base.log_prob((value - self.low) / self.width) - self.log_width
+
+
+class WrappedVonMises(Distribution):
+    """``k`` independent von Mises angles, each wrapped onto its side :math:`[l_i, h_i]` of a box, one period :math:`T_i = h_i - l_i` long.
+
+    .. math:: q(u) = \\prod_{i=1}^k \\frac{2\\pi}{T_i}\\, \\mathrm{vM}\\Big(\\frac{2\\pi (u_i - l_i)}{T_i}; \\mu_i, \\kappa_i\\Big),
+       \\qquad \\mathrm{vM}(\\theta; \\mu, \\kappa) = \\frac{e^{\\kappa \\cos(\\theta - \\mu)}}{2 \\pi I_0(\\kappa)}
+
+    ``loc, concentration [..., k]`` (:math:`\\mu` in radians, any real), ``low, high [k]``. The density has
+    period :math:`T_i` in :math:`u_i`, so it takes the same value at the box's two ends (one point of a
+    periodic chart). Samples lie in ``[low, high]``; not reparametrisable (torch's von Mises sampler
+    rejects draws).
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = False
+
+    def __init__(self, loc: Tensor, concentration: Tensor, low: Tensor, high: Tensor):
+        self.angles = VonMises(loc, concentration, validate_args=False)
+        self.low, self.high = low, high
+        self.to_angle = (2 * math.pi) / (high - low)  # [k]: 2 pi / T_i
+        super().__init__(loc.shape[:-1], loc.shape[-1:], validate_args=False)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=1)
+    def support(self):
+        return constraints.independent(constraints.interval(self.low, self.high), 1)
+
+    def sample(self, sample_shape=torch.Size()) -> Tensor:
+        theta = self.angles.sample(sample_shape)  # [-pi, pi)
+        return self.low + torch.remainder(theta, 2 * math.pi) / self.to_angle
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return (self.angles.log_prob((value - self.low) * self.to_angle) + self.to_angle.log()).sum(-1)
+
+
+class BetaHead(nn.Module):
+    """Product of Betas on the box ``domain`` (default ``[0, 1]^k``), concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)`.
+
+    .. math:: q(u) = \\prod_{i=1}^k \\frac{1}{h_i - l_i}\\, \\mathrm{Beta}\\Big(\\frac{u_i - l_i}{h_i - l_i}; \\alpha_i, \\beta_i\\Big),\\quad \\alpha_i, \\beta_i \\in [c_{min}, c_{min} + c_{span}]
+
+    A density over chart coordinates (w.r.t. ``du``); :class:`~gflownet_measure.densities.KernelDensity` divides by the chart's
+    Jacobian. On ``[0, 1]^k`` a :class:`ClampedBetaProduct`, on another (bounded) box that law
+    :class:`Rescaled` onto it. Coordinates are clamped to ``[edge, 1 - edge]`` before rescaling (module
+    docstring); ``edge`` defaults to 1e-6, about the float32 spacing just below 1.
+    """
+
+    def __init__(self, k: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6, domain: Box | None = None):
         super().__init__()
         self.k, self.c_min, self.c_span, self.edge = k, c_min, c_span, edge
+        unit = Box((0.0,) * k, (1.0,) * k)
+        self.domain = unit if domain is None else domain
+        if self.domain.dim != k or not self.domain.bounded:
+            raise ValueError(f"{type(self).__name__}(k={k}) needs a bounded domain box of dimension {k}, got {box_text(self.domain)}")
+        self._unit = (tuple(self.domain.low), tuple(self.domain.high)) == (unit.low, unit.high)
 
     @property
     def n_params(self) -> int:
@@ -111,30 +223,65 @@ class BetaHead(nn.Module):
         """Concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)` of raw outputs, elementwise (same shape)."""
         return self.c_min + self.c_span * torch.sigmoid(raw)
 
-    def forward(self, raw: Tensor) -> ClampedBetaProduct:
+    def _on_domain(self, q: Distribution, raw: Tensor) -> Distribution:
+        """``q`` (a law on ``[0, 1]^k``) itself on the unit box, else :class:`Rescaled` onto ``domain``."""
+        return q if self._unit else Rescaled(q, *_bounds(self.domain, raw))
+
+    def forward(self, raw: Tensor) -> Distribution:
         a, b = self._concentrations(raw).chunk(2, -1)  # [..., 2k] -> alpha, beta [..., k]
-        return ClampedBetaProduct(a, b, self.edge)
+        return self._on_domain(ClampedBetaProduct(a, b, self.edge), raw)
 
 
 class BetaMixtureHead(BetaHead):
-    """A mixture of ``n_components`` products of Betas on ``[0, 1]^k`` (the quarter-disc policies, Lahlou et al. 2023 section 4.1).
+    """A mixture of ``n_components`` products of Betas on the box ``domain`` (default ``[0, 1]^k``; the quarter-disc policies, Lahlou et al. 2023 section 4.1).
 
-    .. math:: q(u) = \\sum_{j=1}^{C} w_j \\prod_{i=1}^k \\mathrm{Beta}(u_i; \\alpha_{ji}, \\beta_{ji}),\\quad w = \\mathrm{softmax}(\\ell)
+    .. math:: q(u) = \\sum_{j=1}^{C} w_j \\prod_{i=1}^k \\frac{1}{h_i - l_i}\\, \\mathrm{Beta}\\Big(\\frac{u_i - l_i}{h_i - l_i}; \\alpha_{ji}, \\beta_{ji}\\Big),\\quad w = \\mathrm{softmax}(\\ell)
 
     Raw outputs: ``C`` mixture logits, then ``2 k C`` concentration pre-activations (all ``alpha``
-    then all ``beta``, component-major). Same squashing and edge clamp as :class:`BetaHead`.
+    then all ``beta``, component-major). Same squashing, edge clamp and rescaling as :class:`BetaHead`.
     """
 
-    def __init__(self, k: int, n_components: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6):
-        super().__init__(k, c_min, c_span, edge)
+    def __init__(self, k: int, n_components: int, c_min: float = 0.1, c_span: float = 5.0, edge: float = 1e-6, domain: Box | None = None):
+        super().__init__(k, c_min, c_span, edge, domain)
         self.n_components = n_components
 
     @property
     def n_params(self) -> int:
         return self.n_components * (1 + 2 * self.k)
 
-    def forward(self, raw: Tensor) -> BetaMixture:
+    def forward(self, raw: Tensor) -> Distribution:
         C = self.n_components
         logits, conc = raw[..., :C], raw[..., C:]
         pairs = conc.unflatten(-1, (2, C, self.k)).movedim(-3, -1)  # [..., C, k, 2]: (alpha, beta) of each coordinate
-        return BetaMixture(logits, self._concentrations(pairs), self.edge)
+        return self._on_domain(BetaMixture(logits, self._concentrations(pairs), self.edge), raw)
+
+
+class VonMisesHead(nn.Module):
+    """Von Mises angles wrapped onto the box ``domain``, one period per coordinate: the head of a periodic chart (a circle, a torus).
+
+    .. math:: q(u) = \\prod_{i=1}^k \\frac{2\\pi}{T_i}\\, \\mathrm{vM}\\Big(\\frac{2\\pi (u_i - l_i)}{T_i}; \\mu_i, \\kappa_i\\Big),
+       \\quad \\mu_i = \\text{raw}_i, \\quad \\kappa_i = c_{min} + c_{span}\\, \\mathrm{sigmoid}(\\text{raw}_{k + i})
+
+    (:class:`WrappedVonMises`, :math:`T_i = h_i - l_i`). Raw outputs: ``k`` locations (angles in radians;
+    any real, the density is periodic in :math:`\\mu`), then ``k`` concentration pre-activations. For an
+    :class:`~gflownet_measure.transforms.AffineChart` with ``period`` :math:`T` and scale :math:`c` the
+    domain is the whole circle, :math:`T / |c_i|` long in coordinate ``i``. ``c_min > 0`` (torch's
+    sampler needs :math:`\\kappa > 0`); :math:`\\kappa = 0.1` is nearly uniform, :math:`\\kappa = 10.1` an angular
+    standard deviation of about 0.32 rad, 5% of a period.
+    """
+
+    def __init__(self, domain: Box, c_min: float = 0.1, c_span: float = 10.0):
+        super().__init__()
+        if not domain.bounded:
+            raise ValueError(f"VonMisesHead needs a bounded domain box (one period per coordinate), got {box_text(domain)}")
+        if not c_min > 0:
+            raise ValueError(f"VonMisesHead needs c_min > 0 (a von Mises concentration is positive), got {c_min}")
+        self.domain, self.k, self.c_min, self.c_span = domain, domain.dim, c_min, c_span
+
+    @property
+    def n_params(self) -> int:
+        return 2 * self.k
+
+    def forward(self, raw: Tensor) -> WrappedVonMises:
+        loc, pre = raw.chunk(2, -1)  # [..., 2k] -> mu, kappa pre-activations [..., k]
+        return WrappedVonMises(loc, self.c_min + self.c_span * torch.sigmoid(pre), *_bounds(self.domain, raw))

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.distributions import Distribution
 
 from .densities import KernelDensity, Policy
+from .heads import check_head
 from .kernels import Kernel
 
 __all__ = ["MLPPolicy", "StateFlow", "mlp", "tied", "torso"]
@@ -47,7 +48,10 @@ class MLPPolicy(Policy):
         encode: state features ``[B, F]``.
         n_in: ``F``.
         n_atoms: number of atom slots ``K`` the kernel returns (fixed per space).
-        heads: one coordinate head per piece (``n_params`` raw outputs -> Distribution), e.g. :class:`~gflownet_measure.heads.BetaHead`.
+        heads: one coordinate head per piece (``n_params`` raw outputs -> Distribution), e.g. :class:`~gflownet_measure.heads.BetaHead`,
+            each declaring the box ``domain`` its density lives on, which must be its piece's chart domain:
+            :func:`~gflownet_measure.heads.check_head` raises ``ValueError`` otherwise, at every call (a comparison of
+            bounds; no arithmetic on the outputs).
         hidden, n_layers: the torso's width and number of Linear+ELU blocks.
         shared_torso: another policy's torso to use instead of a new one (e.g. a learned P_B tied
             to P_F, Lahlou et al. 2023 section 4.1); its parameters are then trained by both.
@@ -85,6 +89,8 @@ class MLPPolicy(Policy):
     def parameters_at(self, s, measure, features: Tensor | None = None):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
             raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
+        for c, (head, piece) in enumerate(zip(self.heads, measure.pieces)):
+            check_head(c, head, piece.chart)
         at_source = self._at_source(s)
         n_source = 0 if at_source is None else int(at_source.sum())
         if 0 < n_source == len(s):  # the first step of a rollout: free parameters only, no network pass

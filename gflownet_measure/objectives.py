@@ -17,6 +17,12 @@ an experiment asks the objective instead of deciding for it:
 :meth:`Objective.sample` draws the batch an objective needs from a behaviour policy :math:`q = (1-\\epsilon)\\tilde P_F +
 \\epsilon U` (:func:`~gflownet_measure.rollout.rollout`). Adding an objective is one :func:`register` call
 (docs/objectives.md walks through VarGrad).
+
+``OBJECTIVES`` (``dict[str, Objective]``): every registered objective, by name; :func:`register` adds one,
+:func:`get_objective` reads one (a one-line ``ValueError`` naming the valid ones otherwise) and
+:func:`objective_names` lists them by kind. This module registers ``tb``, ``db``, ``subtb``, ``fm`` (the balance
+conditions of Definition 7), ``vargrad`` and the divergences ``reverse_kl`` and ``forward_kl``; environments may add
+their own (JSP-GFN's on transitions).
 """
 from __future__ import annotations
 

@@ -103,23 +103,38 @@ class Chart(ABC):
         hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
         inside &= ((u >= lo) & (u <= hi)).all(1)
         y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
-        inside &= (self._embed(s, u) - y).abs().amax(1) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
+        inside &= self._gap(self._embed(s, u), y) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
         return inside, u
+
+    def _gap(self, y: Tensor, z: Tensor) -> Tensor:
+        """``[B]``: the largest distance :math:`\\max_i |y_i - z_i|` between two batches of moved coordinates."""
+        return (y - z).abs().amax(1)
 
 
 class AffineChart(Chart):
-    """:math:`y = a + \\text{scale} \\odot u` with ``a = s[slots]`` (``relative``) or 0; Lebesgue or Haar.
+    """:math:`y = a + c \\odot u` (``c = scale``, any non-zero signs) with ``a = s[slots]`` (``relative``) or 0, wrapped modulo ``period`` if set.
 
-    .. math:: \\log |J| = \\sum_i \\log |\\text{scale}_i|
+    .. math:: \\varphi_s(u) = (a + c \\odot u) \\bmod T, \\qquad \\log |J| = \\sum_i \\log |c_i|
 
-    With ``period`` set the moved coordinates wrap modulo ``period`` (a torus of Haar / arclength
-    measure when ``period = 2 pi``; the image is the whole circle so ``U`` must span one period).
-    Covers Lebesgue on a box (``relative=False``), Euler-Maruyama increments on R^n (``relative=True``,
-    unbounded ``U``) and angle increments on a torus.
+    relative to Lebesgue measure on the moved coordinates; with ``period`` :math:`T` each moved
+    coordinate is an angle on a circle of circumference :math:`T` and the measure is arclength (Haar
+    measure on a torus for :math:`T = 2\\pi`). Covers Lebesgue on a box (``relative=False``),
+    Euler-Maruyama increments on R^n (``relative=True``, unbounded ``U``) and arcs or angle increments
+    on a torus.
+
+    ``U = domain``: any box without ``period``. With ``period``, a bounded box whose every coordinate
+    has extent :math:`(h_i - l_i)\\,|c_i| \\le T` (up to a relative 1e-12 of round-off): the image of
+    coordinate ``i`` is then an arc of that length, on which :math:`u_i \\mapsto (a_i + c_i u_i) \\bmod T`
+    is one-to-one; an extent of exactly one period is the whole circle, whose two ends :math:`l_i` and
+    :math:`h_i` are the same point. Of the preimages :math:`u_i + nT/|c_i|` of a point, ``inverse``
+    returns the one within half a period :math:`T / (2|c_i|)` of the centre of :math:`[l_i, h_i]`: the
+    one in ``U`` (for the whole circle, in :math:`[l_i, h_i)` up to round-off), and for a point that
+    round-off put just off an arc's end, a preimage just beyond that end (which ``contains`` accepts
+    within ``atol``).
     """
 
     def __init__(self, domain: Box, slots, scale=1.0, relative: bool = False, period: float | None = None, fixed=None, advance=None):
-        self.domain, self.slots, self.relative, self.period = domain, tuple(slots), relative, period
+        self.domain, self.slots, self.relative = domain, tuple(slots), relative
         self.fixed, self.advance = dict(fixed or {}), dict(advance or {})
         k = domain.dim
         if len(self.slots) != k:
@@ -127,6 +142,19 @@ class AffineChart(Chart):
         self.scale = tuple(float(v) for v in (scale if isinstance(scale, (tuple, list)) else [scale] * k))
         if any(v == 0 for v in self.scale):
             raise ValueError("AffineChart scale must be non-zero")
+        self.period = None if period is None else float(period)
+        if self.period is not None:
+            self._check_one_period()
+            self._span = tuple(self.period / abs(c) for c in self.scale)  # T / |c_i|: one period in coordinate units
+            self._start = tuple((lo + hi - w) / 2 for lo, hi, w in zip(domain.low, domain.high, self._span))  # centre - span / 2
+
+    def _check_one_period(self) -> None:
+        """Raise unless ``period > 0`` and every coordinate's image is at most one period long (class docstring)."""
+        if not self.period > 0:
+            raise ValueError(f"AffineChart period must be positive, got {self.period}")
+        for i, (lo, hi, c) in enumerate(zip(self.domain.low, self.domain.high, self.scale)):
+            if not (hi - lo) * abs(c) <= self.period * (1 + 1e-12):
+                raise ValueError(f"AffineChart coordinate {i} maps [{lo:g}, {hi:g}] with scale {c:g} onto {(hi - lo) * abs(c):g}, more than one period {self.period:g}: the chart would not be one-to-one")
 
     def _scale(self, like: Tensor) -> Tensor:
         return torch.as_tensor(self.scale, dtype=like.dtype, device=like.device)
@@ -136,14 +164,23 @@ class AffineChart(Chart):
 
     def _embed(self, s, u):
         y = self._base(s).to(u.dtype) + self._scale(u) * u
-        return torch.remainder(y, self.period) if self.period else y
+        return torch.remainder(y, self.period) if self.period is not None else y
 
     def _coords(self, s, y):
-        d = y - self._base(s).to(y.dtype)
-        if self.period:
-            lo = torch.as_tensor(self.domain.low, dtype=y.dtype, device=y.device)
-            d = lo * self._scale(y) + torch.remainder(d - lo * self._scale(y), self.period)
-        return d / self._scale(y)
+        u = (y - self._base(s).to(y.dtype)) / self._scale(y)
+        return self._nearest_to_domain(u) if self.period is not None else u
+
+    def _nearest_to_domain(self, u: Tensor) -> Tensor:
+        """The preimage :math:`u + nT/|c|` in :math:`[m - T/(2|c|), m + T/(2|c|))`, :math:`m` the centre of ``U`` (class docstring)."""
+        start = torch.as_tensor(self._start, dtype=u.dtype, device=u.device)
+        return start + torch.remainder(u - start, torch.as_tensor(self._span, dtype=u.dtype, device=u.device))
+
+    def _gap(self, y, z):
+        """With ``period``, the distance along the circle: :math:`\\max_i \\min(r_i, T - r_i)`, :math:`r = (y - z) \\bmod T`."""
+        if self.period is None:
+            return super()._gap(y, z)
+        r = torch.remainder(y - z, self.period)
+        return torch.minimum(r, self.period - r).amax(1)
 
     def log_abs_det_jacobian(self, s, u):
         return self._scale(u).abs().log().sum().expand(u.shape[0])
@@ -234,6 +271,9 @@ class WithoutJacobian(Chart):
 
     def _coords(self, s, y):
         return self.chart._coords(s, y)
+
+    def _gap(self, y, z):
+        return self.chart._gap(y, z)
 
     def log_abs_det_jacobian(self, s, u):
         return torch.zeros(u.shape[0], dtype=u.dtype, device=u.device)

@@ -2,7 +2,8 @@
 
 All graphs here are discrete, so every check is exact (enumeration, float64 round-off tolerance):
 the outcomes are deterministic and no statistical failure rate applies, except that eq. 4 uses
-random test functions from a seeded generator (``check_graph(seed=0)``).
+random test functions from a seeded generator (``check_graph(seed=0)``). Continuous and hybrid spaces, and the
+checks of supports, charts and encodings, are tested in ``test_check_spaces.py``.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from gflownet_measure.densities import KernelDensity, UniformPolicy, uniform_den
 from gflownet_measure.kernels import FiniteKernel, Kernel
 from gflownet_measure.measures import Atoms, Measure
 
-ALL_ROWS = {1, 2, 4, 5, 6, 7}
+ALL_ROWS = {1, 2, 4, 5, 6, 7, "support", "charts", "encode"}
 SHIFT = 0.1  # log-density offset of the broken policies below: they integrate to e^0.1
 
 
@@ -29,8 +30,14 @@ def hypergrid_cfg(**kw) -> hypergrid.HypergridConfig:
     return hypergrid.HypergridConfig(**kw)
 
 
-def failing(report) -> set[int]:
-    return {int(r.condition.split()[1]) for r in report.results if not r.passed}
+def key(condition: str) -> int | str:
+    """``4`` for ``"eq. 4  ..."``, the first word (``"support"``, ``"charts"``, ``"encode"``) for the other rows."""
+    words = condition.split()
+    return int(words[1]) if words[0] == "eq." else words[0]
+
+
+def failing(report) -> set[int | str]:
+    return {key(r.condition) for r in report.results if not r.passed}
 
 
 class Reweighted(Kernel):
@@ -71,7 +78,7 @@ def test_hypergrid_passes(height, ndim, backward):
     pf, pb = hypergrid.make_policies(graph, cfg, backward=backward, hidden=16, n_layers=1)
     report = check_graph(graph, pf, pb)
     assert report.passed, str(report)
-    assert {int(r.condition.split()[1]) for r in report.results} == ALL_ROWS | {15, 16}
+    assert {key(r.condition) for r in report.results} == ALL_ROWS | {15, 16}
     assert row(report, 1).estimate == 0 and row(report, 7).estimate == 0
     assert "all conditions hold" in str(report)
 
@@ -82,7 +89,7 @@ def test_random_dag_passes(spec, dtype):
     graph = build_graph(spec, dtype=dtype)
     report = check_graph(graph, UniformPolicy(graph.kappa), UniformPolicy(graph.kappa_b))
     assert report.passed, str(report)
-    assert {int(r.condition.split()[1]) for r in report.results} == ALL_ROWS | {15, 16}
+    assert {key(r.condition) for r in report.results} == ALL_ROWS | {15, 16}
 
 
 # --- broken graphs fail on the right row -------------------------------------------------------------------
@@ -97,7 +104,10 @@ def test_backward_kernel_missing_a_parent_breaks_eq4(spec, data):
     broken = build_graph(spec.with_edges(spec.children, parents))
     report = check_graph(broken)
     assert not report.passed
-    assert failing(report) == {4}, str(report)  # reachability and absorption only read kappa
+    assert failing(report) == {4, "support"}, str(report)  # reachability and absorption only read kappa
+    detail = next(r.detail for r in report.results if key(r.condition) == "support")
+    assert "forward move not reversible: kappa(s, .) atom" in detail and f"to s'=[{float(j)}]" in detail, detail
+    assert "pairs inner" in row(report, 4).detail or "pairs from s0" in row(report, 4).detail, row(report, 4).detail
 
 
 @settings(HYPOTHESIS, max_examples=10)
@@ -163,6 +173,7 @@ def test_unreachable_state_breaks_eq1(spec, data):
     report = check_graph(build_graph(broken))
     assert failing(report) == {1}, str(report)
     assert row(report, 1).estimate == 1  # exactly one state is missing
+    assert row(report, 1).detail.endswith(f"unreachable from s0 (exact search): [{float(spec.n)}]"), row(report, 1).detail
 
 
 @settings(HYPOTHESIS, max_examples=10)
@@ -186,7 +197,7 @@ def test_dead_end_breaks_eq7(spec, data):
     assume(any(terminable))  # no terminable state at all: see test_graph_without_terminal_states_is_reported
     report = check_graph(build_graph(dataclasses.replace(spec, terminable=terminable)))
     assert failing(report) == {7}, str(report)
-    assert "dead end" in row(report, 7).detail
+    assert f"1 dead ends ([{float(i)}])" in row(report, 7).detail, row(report, 7).detail
 
 
 def test_graph_without_terminal_states_is_reported():
@@ -218,29 +229,30 @@ def test_sink_atom_of_mass_two_breaks_eq6(spec):
 
 def test_pair_integrals_keep_to_the_budget_and_do_not_depend_on_it(monkeypatch):
     """DAG x Theta space, d = 3 (quadrature: deterministic nodes): with a budget of a few states' worth, no kernel
-    batch that is integrated exceeds it (states differ in their number of pieces: the first, the empty graph, has the
-    fewest), and the integrals equal those of one chunk, to float64 round-off."""
+    batch that is integrated exceeds it (states differ in their number of pieces), every state is integrated once, and
+    the integrals equal those of one chunk, to float64 round-off."""
     from environments import dag_params
-    from gflownet_measure import checks
+    from gflownet_measure.checks import integration, reversibility
 
     graph = dag_params.make_graph(dag_params.DagParamsConfig(d=3))
-    nu = graph.nu.weighted_points(4, "quadrature")
-    fs = checks._test_functions(graph, 3, torch.Generator().manual_seed(0))
-    whole = checks._pair_integrals(graph, nu, graph.kappa, fs, False, 4, "quadrature")
-    batches = []  # (states, inner values) of every kernel batch made
+    rule = integration.Rule("quadrature", 4)
+    nu = integration.nodes(graph.nu, rule)
+    fs = reversibility.test_functions(graph, 3, torch.Generator().manual_seed(0))
+    whole = reversibility.pair_integrals(graph, nu, graph.kappa, fs, False, rule)
+    states = nu.x[0][nu.mask[0] & ~nu.sink[0]]  # the outer states, as pair_integrals takes them
+    sizes = [integration.nodes(graph.kappa(states[k : k + 1]), rule).x.numel() for k in range(len(states))]
+    assert max(sizes) > min(sizes)  # states differ in their number of pieces
+    budget = 4 * max(sizes)  # room for at least 4 of the largest states
+    batches = []  # (states, inner values) of every kernel batch integrated
 
     def recording(s):
         m = graph.kappa(s)
-        batches.append((len(s), m.weighted_points(4, "quadrature").x.numel()))
+        batches.append((len(s), integration.nodes(m, rule).x.numel()))
         return m
 
-    states = nu.x[0][nu.mask[0] & ~nu.sink[0]]  # the outer states, as _pair_integrals takes them
-    sizes = [graph.kappa(states[k : k + 1]).weighted_points(4, "quadrature").x.numel() for k in range(len(states))]
-    assert max(sizes) > sizes[0]  # the first state (the empty graph) has the fewest pieces: the old chunking sized from it
-    budget = 4 * max(sizes)  # room for at least 4 of the largest states
-    monkeypatch.setattr(checks, "PAIR_BUDGET", budget)
-    chunked = checks._pair_integrals(graph, nu, recording, fs, False, 4, "quadrature")
-    kept = [(k, n) for k, n in batches[1:] if n <= budget]  # after the one-state sizing probe; larger batches are halved and redone
+    monkeypatch.setattr(reversibility, "PAIR_BUDGET", budget)
+    chunked = reversibility.pair_integrals(graph, nu, recording, fs, False, rule)
+    kept = [(k, n) for k, n in batches[2:] if n <= budget]  # after sorting the states and the one-state sizing probe; larger batches are halved and redone
     assert len(kept) > 3 and sum(k for k, _ in kept) == len(states)  # every state, once
-    for a, b in zip(whole, chunked):
+    for a, b in zip(whole[:4], chunked[:4]):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

@@ -37,6 +37,9 @@ def test_environment_passes_the_theory_checks(name):
         graph = spec.make_graph(cfg)
         pf, pb = spec.make_policies(graph, cfg)
         report = check_graph(graph, pf, pb, n=64, seed=seed)
-        assert report.passed, str(report)
+        if overrides.get("target") == "funnel":  # 10-D: Monte Carlo eq. 4 cannot decide (tests/core/test_broken_spaces.py); nothing may fail
+            assert not any(r.verdict == "FAIL" for r in report.results) and all(r.passed or r.condition.startswith("eq. 4") for r in report.results), str(report)
+        else:
+            assert report.passed, str(report)
 
     run()

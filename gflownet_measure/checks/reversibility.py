@@ -1,0 +1,213 @@
+"""eq. 4, :math:`\\nu \\otimes \\kappa = \\mathrm{swap}(\\nu \\otimes \\kappa_b)`, on random test functions (Lahlou et al. 2023, Definition 1).
+
+Both sides are integrated against ``K`` random test functions
+
+.. math:: f(s, s') = \\cos(a \\cdot e(s) + b \\cdot e(s') + c)\\, g(s) g(s'),\\qquad f(s, \\bot) = \\cos(a \\cdot e(s) + d)\\, g(s),
+
+with :math:`e` = ``graph.encode`` and the envelope :math:`g(s) = \\exp(-\\|e(s)\\|^2/2)`; the pairs into the sink are
+compared with the terminal measure, :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`. Each side is also
+split by pair type (from :math:`s_0`, inner, into the sink) and by kernel component, so that a failure says where the
+two measures differ.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..graph import PointedGraph
+from ..measures import WeightedPoints
+from .integration import EXACT_RTOL, QUADRATURE_SAFETY, Z_SCORE, Rule, graph_pieces, integrate, nodes, pair_method
+from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
+from .support import component_name
+
+__all__ = ["PAIR_BUDGET", "PAIR_TYPES", "TestFunctions", "test_functions", "evaluate", "Side", "pair_integrals", "check_reversibility"]
+
+PAIR_BUDGET = 2**24  # inner nodes x max(state coordinates, test functions) per chunk of outer states (128 MiB in float64)
+PAIR_TYPES = ("from s0", "inner", "into the sink")
+ORDER_CHUNK = 4096  # states per kernel call when sorting them by structure
+
+
+class TestFunctions(NamedTuple):
+    """``K`` random test functions (parameters ``a, b [K, F]``, phases ``c, d [K]``), see :func:`test_functions`."""
+
+    a: Tensor
+    b: Tensor
+    c: Tensor
+    d: Tensor
+
+
+def test_functions(graph: PointedGraph, k: int, gen: torch.Generator) -> TestFunctions:
+    """``k`` random test functions (module docstring): :math:`a, b \\sim \\mathcal N(0, I/F)` over the ``F`` features, phases uniform.
+
+    The frequencies are scaled by :math:`1/\\sqrt F` so that :math:`a \\cdot e(s)` has unit variance for unit-scale features
+    whatever their number: with :math:`\\mathcal N(0, I)` the signed integrals against the envelope shrink as
+    :math:`e^{-F/2}` while their Monte Carlo error does not, and eq. 4 lost all power in 10 dimensions (the funnel).
+    The envelope makes ``f`` integrable (with finite Monte Carlo variance) where :math:`\\nu` has infinite mass, e.g.
+    Lebesgue on R^n, provided ``encode`` puts states on the unit scale of the charts' coordinates.
+    """
+    F = graph.encode(graph.source[None]).shape[1]
+    a, b = torch.randn(2, k, F, generator=gen, dtype=torch.float64) / math.sqrt(F)
+    c, d = torch.rand(2, k, generator=gen, dtype=torch.float64) * 2 * math.pi
+    return TestFunctions(a, b, c, d)
+
+
+def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink: Tensor) -> Tensor:
+    """All test functions at the pairs ``(s, x)`` (``[N, M, D]`` each, ``sink [N, M]``): ``[K, N, M]``. The states are encoded once, in the graph's dtype."""
+
+    def enc(y: Tensor) -> tuple[Tensor, Tensor]:
+        e = graph.encode(y.flatten(0, 1).to(graph.source.dtype)).double().reshape(*y.shape[:2], fs.a.shape[1])
+        return e, torch.exp(-e.square().sum(-1) / 2)
+
+    (es, gs), (ex, gx) = enc(s), enc(x)
+    ps, px = es @ fs.a.T, ex @ fs.b.T  # [N, M, K]
+    v = torch.where(sink[..., None], torch.cos(ps + fs.d) * gs[..., None], torch.cos(ps + px + fs.c) * (gs * gx)[..., None])
+    return v.permute(2, 0, 1)
+
+
+class Side(NamedTuple):
+    """One side of eq. 4 for ``K`` test functions: estimates, Monte Carlo variances and :math:`\\int |f|` ``[K]`` each, and
+    the estimate split by pair type and kernel component, ``groups [K, 3, C]`` (``names``: the ``C`` components)."""
+
+    est: Tensor
+    var: Tensor
+    mass: Tensor
+    groups: Tensor
+    names: tuple[str, ...]
+
+
+def _structure_order(kernel, s: Tensor) -> Tensor:
+    """A permutation of the states ``s`` grouping those whose kernel has the same present components, so that a chunk
+    of them asks :func:`~gflownet_measure.checks.integration.nodes` for the nodes of few pieces (a kernel with one piece per edge count)."""
+    masks = torch.cat([kernel(s[i : i + ORDER_CHUNK]).component_mask() for i in range(0, len(s), ORDER_CHUNK)])
+    _, key = torch.unique(masks, dim=0, return_inverse=True)
+    return torch.argsort(key, stable=True)
+
+
+def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestFunctions, swap: bool, rule: Rule) -> Side:
+    """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`) for every test function.
+
+    The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values, counted as
+    nodes times the larger of the state's coordinates and the ``K`` test functions; a chunk that comes out larger is
+    halved and redone (states differ in their number of pieces), so that a :math:`\\nu` with many pieces (the DAG x Theta
+    space) stays within memory; every test function reuses a chunk's nodes. Pairs are typed by their first state
+    (:math:`s_0` or not) and whether the second is the sink.
+    """
+    keep = outer.mask[0] & ~outer.sink[0]
+    order = _structure_order(kernel, outer.x[0][keep])
+    idx = keep.nonzero()[:, 0][order]
+    sub = WeightedPoints(outer.x[:, idx], outer.sink[:, idx], outer.log_w[:, idx], outer.mask[:, idx], outer.component[idx], outer.n_atoms)
+    s, w_out = sub.x[0], sub.log_w[0].exp()
+    K, width = fs.a.shape[0], max(s.shape[1], fs.a.shape[0])
+    first = kernel(s[:1])
+    C = first.n_components
+    chunk = max(1, PAIR_BUDGET // (nodes(first, rule).x.shape[1] * width))
+    est, var, mass, groups = [], [], [], torch.zeros(K, 3 * C, dtype=torch.float64)
+    i = 0
+    while i < len(s):
+        inner = nodes(kernel(s[i : i + chunk]), rule)
+        if chunk > 1 and inner.x.shape[0] * inner.x.shape[1] * width > PAIR_BUDGET:
+            chunk //= 2
+            continue
+        outer_s = s[i : i + chunk, None].expand_as(inner.x)
+        x = torch.where(inner.mask[..., None], inner.x, outer_s)  # absent atoms may hold invalid states
+        if swap:
+            v = evaluate(graph, fs, x, outer_s, torch.zeros_like(inner.sink))
+            kind = torch.where(graph.is_source(x), 0, 1)
+        else:
+            v = evaluate(graph, fs, outer_s, x, inner.sink)
+            kind = torch.where(inner.sink, 2, torch.where(graph.is_source(outer_s), 0, 1))
+        w = torch.where(inner.mask, inner.log_w.exp(), torch.zeros_like(inner.log_w))
+        terms = w * v  # [K, N, M]; masked nodes have weight 0
+        per_state = [integrate(inner, vk) for vk in v]
+        est.append(torch.stack([e for e, _ in per_state]))
+        var.append(torch.stack([vv for _, vv in per_state]))
+        mass.append((w * v.abs()).sum(2))
+        slot = (kind * C + inner.component).flatten()  # [N M]: pair type and component of each node
+        groups.index_add_(1, slot, (w_out[i : i + len(x), None] * terms).flatten(1))
+        i += len(inner.x)
+    est, var, mass = torch.cat(est, 1), torch.cat(var, 1), torch.cat(mass, 1)
+    out = [integrate(sub, est[k][None], var[k][None]) for k in range(K)]
+    return Side(
+        torch.cat([e for e, _ in out]),
+        torch.cat([v for _, v in out]),
+        torch.stack([integrate(sub, mass[k][None])[0][0] for k in range(K)]),
+        groups.reshape(K, 3, C),
+        tuple(component_name(first, c) for c in range(C)),
+    )
+
+
+class _Integrals(NamedTuple):
+    """Both sides of eq. 4 and the sink term (estimate, variance, :math:`\\int |f|` ``[K]`` each) with one rule."""
+
+    lhs: Side
+    rhs: Side
+    sink: tuple[Tensor, Tensor, Tensor]
+
+
+def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule) -> _Integrals:
+    """:math:`\\int f\\, d(\\nu \\otimes \\kappa)`, :math:`\\int f\\, d\\,\\mathrm{swap}(\\nu \\otimes \\kappa_b)` and the sink term
+    :math:`\\int f(s, \\bot)\\, \\kappa_b(\\bot, ds)` for the test functions ``fs``, every piece integrated by ``rule``."""
+    nu = nodes(graph.nu, rule)
+    terminal = nodes(graph.terminal, rule)
+    lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule)
+    rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule)
+    t_sink = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M]
+    sink_terms = [(*integrate(terminal, t), integrate(terminal, t.abs())[0]) for t in t_sink]
+    return _Integrals(lhs, rhs, tuple(torch.cat(col) for col in zip(*sink_terms)))
+
+
+def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule: Rule) -> tuple[Tensor, str]:
+    """The estimation-error part of the tolerance ``[K]`` and the rule's name (see :mod:`.integration`)."""
+    if not graph_pieces(graph):
+        return torch.zeros_like(fine.lhs.est), "exact sums over atoms"
+    if rule.method == "mc":
+        return Z_SCORE * (fine.lhs.var + fine.rhs.var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece, {Z_SCORE:g} standard errors"
+    coarse = _integrals(graph, fs, rule._replace(coarse=True))
+    change = (fine.lhs.est - coarse.lhs.est).abs() + (fine.rhs.est - coarse.rhs.est).abs() + (fine.sink[0] - coarse.sink[0]).abs()
+    # pooled: the rule's error on this graph is seen by every test function alike, and one function's change can vanish
+    # by chance where an integrand jumps (a kernel switching components across nu; the quarter disc at 8 x 8 nodes)
+    return QUADRATURE_SAFETY * change.max().expand_as(change), f"quadrature, {rule.n} nodes per piece, {QUADRATURE_SAFETY:g} x the largest change from 3/4 of the nodes per coordinate"
+
+
+def _largest(side: Side, k: int, kind: int, label: str) -> str:
+    c = int(side.groups[k, kind].abs().argmax())
+    return f"{label} {side.names[c]}: {float(side.groups[k, kind, c]):.4g}"
+
+
+def _located(r: _Integrals, k: int) -> str:
+    """Where test function ``k`` sees the two measures differ: the pair type with the largest difference, and on it the
+    largest component of each side."""
+    left = r.lhs.groups[k].sum(1)  # [3]
+    right = r.rhs.groups[k].sum(1) + torch.tensor([0.0, 0.0, float(r.sink[0][k])], dtype=torch.float64)
+    t = int((left - right).abs().argmax())
+    mine = _largest(r.lhs, k, t, "mostly kappa")
+    theirs = "the terminal measure kappa_b(sink, .)" if t == 2 else _largest(r.rhs, k, t, "mostly kappa_b")
+    return (f"test function {k + 1}: nu(x)kappa {float(r.lhs.est[k]):.4g} vs swap(nu(x)kappa_b) {float(r.rhs.est[k] + r.sink[0][k]):.4g}; "
+            f"largest difference on pairs {PAIR_TYPES[t]}: nu(x)kappa {float(left[t]):.4g} ({mine}) vs {float(right[t]):.4g} ({theirs})")
+
+
+def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:
+    """eq. 4: :math:`\\int f\\, d(\\nu\\otimes\\kappa) = \\int f(s, s')\\, \\nu(ds')\\kappa_b(s', ds)` for random ``f``, sink pairs included.
+
+    ``method``: ``"auto"``, ``"mc"`` or ``"quadrature"`` (:func:`~gflownet_measure.checks.integration.pair_method`). Each
+    test function is one comparison of :math:`|\\text{lhs} - \\text{rhs}|` with its tolerance; the size it is judged
+    against (undecided above :data:`~gflownet_measure.checks.results.POWER`) is the larger of :math:`|\\text{lhs}|` and :math:`|\\text{rhs}|`.
+    """
+    rule = Rule(pair_method(graph, method), n)
+    fs = test_functions(graph, n_functions, gen)
+    r = _integrals(graph, fs, rule)
+    statistical, how = _statistical(graph, fs, r, rule)
+    rhs = r.rhs.est + r.sink[0]
+    diff = (r.lhs.est - rhs).abs()
+    tol = statistical + EXACT_RTOL * (1 + r.lhs.mass + r.rhs.mass + r.sink[2])
+    passed, undecided, power, k = verdict(diff, tol, statistical, torch.maximum(r.lhs.est.abs(), rhs.abs()))
+    if passed:
+        detail = f"max |lhs - rhs| over {n_functions} test functions ({how}; median tolerance / |integral| {power:.2g})"
+    elif undecided:
+        detail = f"{UNDECIDED} (median tolerance / |integral| {power:.2g} > {POWER:g}; {how})"
+    else:
+        detail = _located(r, k)
+    return CheckResult(CONDITIONS["reversibility"], float(diff[k]), float(tol[k]), passed, detail, undecided)

@@ -1,0 +1,232 @@
+"""Supports and charts: the exact, pointwise side of eq. 4 (Lahlou et al. 2023, Definition 1).
+
+Eq. 4, :math:`\\nu \\otimes \\kappa = \\mathrm{swap}(\\nu \\otimes \\kappa_b)`, says in particular that the two measures
+charge the same pairs: a move :math:`s \\to s'` that :math:`\\kappa(s, \\cdot)` allows has :math:`s` in the support of
+:math:`\\kappa_b(s', \\cdot)`, the reverse holds for backward moves, both ends lie in the support of :math:`\\nu`, and a
+state may stop (the sink atom of :math:`\\kappa(s, \\cdot)`) exactly when it lies in the terminal measure
+:math:`\\kappa_b(\\bot, \\cdot)`. :func:`check_support` tests this on every atom and on random points of every piece at
+states drawn from :math:`\\nu`; a violation is a training crash later ("transitions lie outside the reference kernel's
+support"), and these messages say which kernel, component and states. :func:`check_charts` tests that every chart
+inverts itself, on which :meth:`~gflownet_measure.measures.Measure.point_of` (and so both checks) relies.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from ..exact import index_of
+from ..graph import PointedGraph
+from ..kernels import Kernel
+from ..measures import Atoms, Measure
+from .integration import broadcast, draw_coordinates, nu_states, terminal_states
+from .results import CONDITIONS, CheckResult
+
+__all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
+
+MOVES_PER_PIECE = 4
+"""Random coordinates drawn on each piece present at a state (every atom is tested): with up to 2048 states, a piece
+whose reverse misses a fraction ``p`` of it shows ``8192 p`` failures on average (a circle's backward arc without
+``period`` misses about half)."""
+
+
+class Moves(NamedTuple):
+    """Moves :math:`s \\to x` that a kernel allows: ``origin [M]`` (rows of the states), ``x [M, D]``, ``sink [M]`` and
+    ``component [M]`` (atom ``k`` or piece ``K + c`` of the kernel's measure)."""
+
+    origin: Tensor
+    x: Tensor
+    sink: Tensor
+    component: Tensor
+
+
+def moves(measure: Measure, per_piece: int = MOVES_PER_PIECE) -> Moves:
+    """Every present atom of ``measure`` (a kernel at ``B`` states) and ``per_piece`` random points (:func:`draw_coordinates`) on each present piece."""
+    a = measure.atoms
+    rows, k = a.mask.nonzero(as_tuple=True)
+    origin, xs, sinks, comps = [rows], [a.x[rows, k]], [a.sink[rows, k]], [k]
+    for c, p in enumerate(measure.pieces):
+        on = p.mask.nonzero()[:, 0].repeat_interleave(per_piece)
+        u = draw_coordinates(p.chart.domain, len(on), p.context.dtype)
+        origin.append(on)
+        xs.append(p.chart.forward(p.context[on], u).to(a.x.dtype))
+        sinks.append(torch.zeros(len(on), dtype=torch.bool))
+        comps.append(torch.full((len(on),), a.count + c))
+    return Moves(torch.cat(origin), torch.cat(xs), torch.cat(sinks), torch.cat(comps))
+
+
+def component_name(measure: Measure, comp: int) -> str:
+    """``"atom k"`` or ``"piece c (ChartClass)"`` for component ``comp`` of ``measure``."""
+    K = measure.atoms.count
+    return f"atom {comp}" if comp < K else f"piece {comp - K} ({type(measure.pieces[comp - K].chart).__name__})"
+
+
+def _holds(measure: Measure, x: Tensor) -> Tensor:
+    """``[B]`` bool: the state ``x [B, D]`` (not the sink) lies in the support of ``measure`` (batch ``B``)."""
+    return measure.point_of(x, torch.zeros(len(x), dtype=torch.bool)).comp >= 0
+
+
+WRITTEN_ATOL = 1e-6  # relative; the tolerance of ``Chart.contains``
+
+
+def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(held [B], written [B])``: ``x`` lies in the support of :math:`\\nu` (atoms by exact match, pieces by their
+    charts), and is written as :math:`\\nu`'s chart writes that point (``forward(inverse(x)) = x``; an angle of a
+    periodic piece taken modulo its period: ``contains`` accepts any representative, the reward and the policies see this one)."""
+    a = graph.nu.atoms
+    atoms = a.x[0][a.mask[0] & ~a.sink[0]]
+    held = index_of(atoms, x) >= 0 if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
+    written = held.clone()
+    if graph.nu.pieces:
+        pieces = broadcast(Measure(Atoms.empty(1, x.shape[1], a.x.dtype), graph.nu.pieces), len(x))
+        y = x.to(graph.source.dtype)
+        point = pieces.point_of(y, torch.zeros(len(x), dtype=torch.bool))
+        held |= point.comp >= 0
+        for c, p in enumerate(pieces.pieces):
+            rows = (point.comp == c).nonzero()[:, 0]
+            if len(rows):
+                z = p.chart.forward(p.context[rows], point.u[c]).to(y.dtype)
+                written[rows] = ((z - y[rows]).abs() <= WRITTEN_ATOL * (1 + y[rows].abs())).all(1)
+    return held, written
+
+
+class _Finding(NamedTuple):
+    """One kind of violation: how many of how many moves, and a message locating the first."""
+
+    bad: int
+    total: int
+    message: str
+
+
+_HINT_ATOM = "a shifted, rounded or missing atom on one side?"
+_HINT_PIECE = "the {side} piece at this state has no matching {other} component: a missing `period` on a circle, a wrong arc length or a shifted atom?"
+
+
+def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel, forward: bool) -> list[_Finding]:
+    """Moves of ``kernel`` at states ``s`` (not into the sink): their origin lies in the support of ``reverse`` at
+    their target, and their target in the support of :math:`\\nu`."""
+    measure = kernel(s)
+    mv = moves(measure)
+    keep = ~mv.sink
+    origin, x, comp = mv.origin[keep], mv.x[keep], mv.component[keep]
+    o = s[origin]
+    back = _holds(reverse(x), o) if len(x) else torch.ones(0, dtype=torch.bool)
+    held, written = _in_nu(graph, x) if len(x) else (torch.ones(0, dtype=torch.bool),) * 2
+    k, rk = ("kappa", "kappa_b") if forward else ("kappa_b", "kappa")
+    side, other = ("forward", "backward") if forward else ("backward", "forward")
+    s_, x_ = ("s", "s'") if forward else ("s'", "s")
+    out = []
+    for ok, what in ((back, "reversible"), (held & written, "in nu")):
+        bad = ~ok
+        if not bad.any():
+            out.append(_Finding(0, len(ok), ""))
+            continue
+        i = int(bad.nonzero()[0])
+        c = int(comp[i])
+        where = f"{k}({s_}, .) {component_name(measure, c)} moves {s_}={o[i].tolist()} to {x_}={x[i].tolist()}"
+        count = f"({int(bad.sum())} of {len(ok)} {side} moves)"
+        if what == "reversible":
+            hint = _HINT_ATOM if c < measure.atoms.count else _HINT_PIECE.format(side=side, other=other)
+            msg = f"{side} move not reversible: {where}, but {s_} is not in the support of {rk}({x_}, .) {count}; {hint}"
+        elif not held[i]:
+            msg = f"{side} move leaves the support of nu: {where}, which no component of nu holds {count}; a step off the state space or a piece missing from nu?"
+        else:
+            msg = (f"{side} move leaves nu's coordinates: {where}, a point of nu that nu's chart writes otherwise {count}; "
+                   "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates")
+        out.append(_Finding(int(bad.sum()), len(ok), msg))
+    return out
+
+
+def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Finding]:
+    """The sink pairs of eq. 4: :math:`\\kappa(s, \\{\\bot\\}) > 0` exactly where :math:`s` lies in :math:`\\kappa_b(\\bot, \\cdot)` (``graph.terminal``)."""
+    a = graph.kappa(s).atoms
+    stops = (a.mask & a.sink).any(1)
+    x = s[stops]
+    held = _holds(broadcast(graph.terminal, len(x)), x) if len(x) else torch.ones(0, dtype=torch.bool)
+    out = []
+    if (~held).any():
+        i = int((~held).nonzero()[0])
+        out.append(_Finding(int((~held).sum()), len(held), f"kappa(s, .) has the sink atom at s={x[i].tolist()}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
+                            f"({int((~held).sum())} of {len(held)} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"))
+    else:
+        out.append(_Finding(0, len(held), ""))
+    b = graph.kappa(terminal).atoms
+    can_stop = (b.mask & b.sink).any(1)
+    if (~can_stop).any():
+        i = int((~can_stop).nonzero()[0])
+        out.append(_Finding(int((~can_stop).sum()), len(can_stop), f"graph.terminal = kappa_b(sink, .) holds s={terminal[i].tolist()}, but kappa(s, .) has no sink atom there "
+                            f"({int((~can_stop).sum())} of {len(can_stop)} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"))
+    else:
+        out.append(_Finding(0, len(can_stop), ""))
+    return out
+
+
+def check_support(graph: PointedGraph, n: int) -> CheckResult:
+    """eq. 4 on supports: :math:`\\kappa` and :math:`\\kappa_b` are each other's reverse, exactly on atoms and at random points of pieces.
+
+    At states :math:`s` drawn from :math:`\\nu` (and :math:`s_0`): every move :math:`s \\to s'` of :math:`\\kappa(s, \\cdot)`
+    has :math:`s \\in \\mathrm{supp}\\, \\kappa_b(s', \\cdot)` and :math:`s' \\in \\mathrm{supp}\\, \\nu`; every move
+    :math:`s' \\to s` of :math:`\\kappa_b(s', \\cdot)` has :math:`s' \\in \\mathrm{supp}\\, \\kappa(s, \\cdot)` and
+    :math:`s \\in \\mathrm{supp}\\, \\nu`; a state with the sink atom lies in ``graph.terminal``, and every state drawn
+    from ``graph.terminal`` has the sink atom. The estimate counts the violations; the detail locates the first.
+    """
+    s = nu_states(graph, n)
+    findings = _reversible(graph, s, graph.kappa, graph.kappa_b, True)
+    parents = s[~graph.kappa_b(s).is_zero()]
+    findings += _reversible(graph, parents, graph.kappa_b, graph.kappa, False)
+    findings += _sink_moves(graph, s, terminal_states(graph, n))
+    bad = sum(f.bad for f in findings)
+    fw, bw, stop, term = (findings[i].total for i in (0, 2, 4, 5))
+    detail = next((f.message for f in findings if f.bad), f"{fw} forward and {bw} backward moves reversible and within nu; {stop} stopping and {term} terminal states agree")
+    return CheckResult(CONDITIONS["support"], bad, 0, bad == 0, detail)
+
+
+ROUND_TRIP_POWER = 0.5
+"""A round trip is compared within ``eps ** 0.5`` of the states' dtype, relative to ``1 + |u|``: half the digits (3e-4 in
+float32, 1.5e-8 in float64), far above the round-off of a chart that divides by a small scale, far below any wrong inverse."""
+
+
+def _round_trip(label: str, measure: Measure, per_piece: int) -> tuple[int, int, str]:
+    """``(bad, total, message)`` of ``per_piece`` chart round trips on every present piece of ``measure`` at each of its states."""
+    bad_total, total, first = 0, 0, ""
+    for c, p in enumerate(measure.pieces):
+        rows = p.mask.nonzero()[:, 0].repeat_interleave(per_piece)
+        if not len(rows):
+            continue
+        ctx = p.context[rows]
+        u = draw_coordinates(p.chart.domain, len(rows), ctx.dtype)
+        x = p.chart.forward(ctx, u)
+        back = p.chart.inverse(ctx, x)
+        inside = p.chart.contains(ctx, x)
+        log_j = p.chart.log_abs_det_jacobian(ctx, u)
+        tol = torch.finfo(ctx.dtype).eps ** ROUND_TRIP_POWER * (1 + u.abs().amax(1))
+        err = (back.to(u.dtype) - u).abs().amax(1) if u.shape[1] else torch.zeros(len(u), dtype=u.dtype)
+        wrong, outside, infinite = ~(err <= tol), ~inside, ~torch.isfinite(log_j)
+        bad = wrong | outside | infinite
+        bad_total, total = bad_total + int(bad.sum()), total + len(bad)
+        if first or not bad.any():
+            continue
+        i = int(bad.nonzero()[0])
+        where = f"{label} piece {c} ({type(p.chart).__name__}) at s={ctx[i].tolist()}, u={u[i].tolist()}"
+        if wrong[i]:
+            first = f"{where}: inverse(s, forward(s, u)) = {back[i].tolist()} (error {float(err[i]):.3g} > {float(tol[i]):.3g}); the chart's inverse does not undo its forward map"
+        elif outside[i]:
+            first = f"{where}: contains(s, forward(s, u)) is false at x={x[i].tolist()}; the chart does not hold its own image"
+        else:
+            first = f"{where}: log|J| = {float(log_j[i])}; a chart's Jacobian must be finite on its domain"
+    return bad_total, total, first
+
+
+def check_charts(graph: PointedGraph, n: int) -> CheckResult:
+    """Every chart inverts itself: :math:`\\varphi_s^{-1}(\\varphi_s(u)) = u`, :math:`\\varphi_s(u) \\in M_s` (``contains``) and
+    :math:`\\log|J_s(u)|` finite, at random ``u`` on the pieces of :math:`\\nu`, the terminal measure, and of :math:`\\kappa`
+    and :math:`\\kappa_b` at states drawn from :math:`\\nu`."""
+    s = nu_states(graph, n)
+    labelled = (("nu", graph.nu, n), ("terminal", graph.terminal, n), ("kappa", graph.kappa(s), MOVES_PER_PIECE), ("kappa_b", graph.kappa_b(s), MOVES_PER_PIECE))
+    bad, total, first = 0, 0, ""
+    for label, measure, per_piece in labelled:
+        b, t, msg = _round_trip(label, measure, per_piece)
+        bad, total, first = bad + b, total + t, first or msg
+    detail = first or f"{total} round trips u -> forward -> inverse"
+    return CheckResult(CONDITIONS["charts"], bad, 0, bad == 0, detail)

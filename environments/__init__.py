@@ -17,9 +17,9 @@ class EnvironmentSpec:
     """A registered space: its typed settings (a dataclass of :func:`~gflownet_measure.options.option` fields), a graph
     factory and default (untrained) policies ``(P_F, P_B)``, both taking an instance of ``config``.
 
-    ``check_bytes``: the peak memory of ``gflownet-measure check`` per squared Monte Carlo node (its pair integrals hold
+    ``check_bytes``: the peak memory of ``gflownet-measure check`` per squared node (Monte Carlo or quadrature) (its pair integrals hold
     ``n`` kernel nodes for each of ``n`` nodes of every piece of nu), measured at the default settings as the slope of the
-    peak resident memory between ``--samples`` 256 and 1024 (``/usr/bin/time -f %M``, 2-core machine); the command line
+    peak resident memory between ``--samples`` 256 and 512 (``/usr/bin/time -f %M``, 2-core machine, one thread, ``--method auto``); the command line
     refuses a ``--samples`` whose estimate exceeds the available memory.
     """
 
@@ -37,9 +37,9 @@ class EnvironmentSpec:
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {
     "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.HypergridConfig, hypergrid.make_graph, hypergrid.make_policies),  # discrete: --samples is unused
-    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.QuarterDiscConfig, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.6e3),
-    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.DagParamsConfig, dag_params.make_graph, dag_params.make_policies, check_bytes=2.2e4),  # d = 3; grows with the number of DAGs
-    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SDEConfig, sde.make_graph, sde.make_policies, check_bytes=1.4e4),  # T = 100 time levels
+    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.QuarterDiscConfig, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.0e3),
+    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.DagParamsConfig, dag_params.make_graph, dag_params.make_policies, check_bytes=1.1e3),  # d = 3; grows with the number of DAGs
+    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SDEConfig, sde.make_graph, sde.make_policies, check_bytes=1.3e4),  # T = 100 time levels
 }
 
 

@@ -144,22 +144,22 @@ def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Findi
     stops = (a.mask & a.sink).any(1)
     x = s[stops]
     held = _holds(broadcast(graph.terminal, len(x)), x) if len(x) else torch.ones(0, dtype=torch.bool)
-    out = []
-    if (~held).any():
-        i = int((~held).nonzero()[0])
-        out.append(_Finding(int((~held).sum()), len(held), f"kappa(s, .) has the sink atom at s={x[i].tolist()}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
-                            f"({int((~held).sum())} of {len(held)} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"))
-    else:
-        out.append(_Finding(0, len(held), ""))
     b = graph.kappa(terminal).atoms
     can_stop = (b.mask & b.sink).any(1)
-    if (~can_stop).any():
-        i = int((~can_stop).nonzero()[0])
-        out.append(_Finding(int((~can_stop).sum()), len(can_stop), f"graph.terminal = kappa_b(sink, .) holds s={terminal[i].tolist()}, but kappa(s, .) has no sink atom there "
-                            f"({int((~can_stop).sum())} of {len(can_stop)} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"))
-    else:
-        out.append(_Finding(0, len(can_stop), ""))
-    return out
+    return [
+        _first_violation(held, x, lambda s, k, m: f"kappa(s, .) has the sink atom at s={s}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
+                         f"({k} of {m} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"),
+        _first_violation(can_stop, terminal, lambda s, k, m: f"graph.terminal = kappa_b(sink, .) holds s={s}, but kappa(s, .) has no sink atom there "
+                         f"({k} of {m} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"),
+    ]
+
+
+def _first_violation(ok: Tensor, states: Tensor, say) -> _Finding:
+    """A finding over ``ok [M]``: how many states fail, of how many, and ``say(first failing state, failures, total)``."""
+    bad = ~ok
+    if not bad.any():
+        return _Finding(0, len(ok), "")
+    return _Finding(int(bad.sum()), len(ok), say(states[int(bad.nonzero()[0])].tolist(), int(bad.sum()), len(ok)))
 
 
 def check_support(graph: PointedGraph, n: int) -> CheckResult:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
@@ -28,7 +27,7 @@ from ..measures import Atoms, Box, Measure, Piece, WeightedPoints
 
 __all__ = [
     "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "METHODS",
-    "Rule", "integrate", "graph_pieces", "pair_method", "quadrature_rule", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
+    "Rule", "integrate", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
 ]
 
 Z_SCORE = 5.0
@@ -100,64 +99,10 @@ class Rule(NamedTuple):
     coarse: bool = False
 
 
-HERMITE_MAX = 200
-"""Most Gauss-Hermite nodes per unbounded coordinate. numpy's ``hermgauss`` divides by zero from about 300 nodes on
-(``check dag-params --samples 512`` asked for 512 on a one-edge weight space), and 200 nodes already integrate the
-Gaussian-enveloped test functions of eq. 4 to float64 round-off (``cos(u) e^{-u^2/2}``: relative error 1e-16). The
-coarse rule takes three quarters of the capped count, so the tolerance still compares two different rules."""
-
-
-def quadrature_rule(box: Box, n: int, coarse: bool = False) -> tuple[Tensor, Tensor]:
-    """Tensor Gauss nodes ``u [M, k]`` and log-weights ``[M]`` (float64) with ``m = ceil(n^(1/k))`` nodes per coordinate
-    (``floor(3 m / 4)`` if ``coarse``): Gauss-Legendre on a bounded coordinate, Gauss-Hermite for the weight
-    :math:`e^{-u^2/2}` on the real line (at most :data:`HERMITE_MAX` nodes there).
-
-    That weight is the envelope's own width when ``encode`` puts states on the unit scale of the charts (eq. 4's test
-    functions); :meth:`Box.weighted_points <gflownet_measure.measures.Box.weighted_points>` uses :math:`e^{-u^2}`, half
-    as wide, and needed twice the nodes per coordinate on the SDE's increments for the same error.
-    """
-    fine = max(2, math.ceil(n ** (1.0 / box.dim)))
-    nodes, logw = [], []
-    for lo, hi in zip(box.low, box.high):
-        bounded = math.isfinite(lo) and math.isfinite(hi)
-        per = fine if bounded else min(fine, HERMITE_MAX)
-        per = max(1, 3 * per // 4) if coarse else per
-        if bounded:
-            x, w = np.polynomial.legendre.leggauss(per)
-            nodes.append(lo + (hi - lo) * (x + 1) / 2)
-            logw.append(np.log(w * (hi - lo) / 2))
-        elif not math.isfinite(lo) and not math.isfinite(hi):
-            x, w = np.polynomial.hermite.hermgauss(per)  # int f(u) du = sqrt 2 int e^{-y^2} [f(sqrt 2 y) e^{y^2}] dy
-            nodes.append(math.sqrt(2) * x)
-            logw.append(np.log(math.sqrt(2) * w) + x**2)
-        else:
-            raise ValueError("quadrature on a half-infinite coordinate is not supported; use method='mc'")
-    grids = np.meshgrid(*nodes, indexing="ij")
-    wgrids = np.meshgrid(*logw, indexing="ij")
-    return torch.tensor(np.stack([g.ravel() for g in grids], -1)), torch.tensor(sum(g.ravel() for g in wgrids))
-
-
 def nodes(measure: Measure, rule: Rule) -> WeightedPoints:
-    """Integration nodes for every measure of the batch: ``measure.weighted_points(n, "mc")``, or for quadrature its
-    atoms and the nodes of :func:`quadrature_rule` on every piece present somewhere in the batch (shared by all measures)."""
-    if rule.method == "mc":
-        return measure.weighted_points(rule.n, "mc")
-    a = measure.atoms
-    B, K = a.mask.shape
-    xs, sinks, lws, masks, comp = [a.x.double()], [a.sink], [a.log_mass.double()], [a.mask], [torch.arange(K)]
-    for c, p in enumerate(measure.pieces):
-        if not p.mask.any():
-            continue
-        u, lw = quadrature_rule(p.chart.domain, rule.n, rule.coarse)
-        M = len(u)
-        ctx = p.context.double()[:, None, :].expand(B, M, -1).reshape(B * M, -1)
-        ub = u[None].expand(B, -1, -1).reshape(B * M, -1)
-        xs.append(p.chart.forward(ctx, ub).double().reshape(B, M, -1))
-        lws.append(lw[None] + p.chart.log_abs_det_jacobian(ctx, ub).double().reshape(B, M))
-        sinks.append(torch.zeros(B, M, dtype=torch.bool))
-        masks.append(p.mask[:, None].expand(B, M))
-        comp.append(torch.full((M,), K + c))
-    return WeightedPoints(torch.cat(xs, 1), torch.cat(sinks, 1), torch.cat(lws, 1), torch.cat(masks, 1), torch.cat(comp), K)
+    """Integration nodes for every measure of the batch under ``rule`` (:meth:`Measure.weighted_points
+    <gflownet_measure.measures.Measure.weighted_points>`: atoms exactly, the coarse quadrature rule if ``rule.coarse``)."""
+    return measure.weighted_points(rule.n, rule.method, coarse=rule.coarse)
 
 
 def draw_coordinates(box: Box, m: int, dtype) -> Tensor:

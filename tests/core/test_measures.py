@@ -22,6 +22,18 @@ def test_gauss_hermite_on_the_real_line():
     assert torch.isclose(val, torch.tensor(math.sqrt(2 * math.pi), dtype=torch.float64), rtol=1e-10)
 
 
+@pytest.mark.parametrize("n", [64, 512, 4096])
+def test_quadrature_on_the_real_line_stays_finite_for_many_nodes(n):
+    """``check dag-params --samples 512`` asked numpy for 512 Gauss-Hermite nodes, whose weights divide by zero: the rule
+    caps them (HERMITE_MAX) and keeps integrating int cos(u) e^{-u^2/2} du = sqrt(2 pi) e^{-1/2} to float64 round-off
+    (1e-12 relative: a sum of at most 200 terms of size <= 1)."""
+    for coarse in (False, True):
+        u, log_w = Box((-math.inf,), (math.inf,)).weighted_points(n, "quadrature", coarse=coarse)
+        assert torch.isfinite(log_w).all() and len(u) >= 2
+        integral = float((log_w.exp() * torch.cos(u[:, 0]) * torch.exp(-u[:, 0] ** 2 / 2)).sum())
+        assert integral == pytest.approx(math.sqrt(2 * math.pi) * math.exp(-0.5), rel=1e-12)
+
+
 @pytest.mark.parametrize("box", [Box((0.0,), (3.0,)), Box((-math.inf,), (math.inf,))])
 def test_monte_carlo_is_unbiased_within_its_standard_error(box):
     """int exp(-x^2/2) over the box; 5 standard errors (false failure rate ~6e-7)."""

@@ -240,15 +240,11 @@ class Measure:
             us.append(u[mine] if u is not None and bool(mine.any()) else None)
         return SupportPoint(comp, tuple(us))
 
-    def weighted_points(self, n: int = 256, method: str = "mc", generator=None, proposals: dict | None = None, coarse: bool = False) -> WeightedPoints:
+    def weighted_points(self, n: int = 256, method: str = "mc", generator=None, coarse: bool = False) -> WeightedPoints:
         """Integration nodes for every measure of the batch: atoms exactly, pieces by ``Box.weighted_points``
         (Monte Carlo nodes drawn independently for each measure, quadrature nodes shared, ``coarse`` the coarse
-        quadrature rule; a piece absent from every measure of the batch gets no nodes).
-
-        ``proposals`` maps a piece index to ``(loc, scale)`` ``[B, k]`` each: that piece's ``n`` nodes are then
-        drawn per measure from :math:`\\mathcal N(\\text{loc}_b, \\text{diag}(\\text{scale}_b^2))` in chart coordinates
-        and weighted by the inverse proposal density (unbiased importance sampling wherever the
-        proposal is positive; unbounded domains only).
+        quadrature rule; a piece absent from every measure of the batch gets no nodes). Importance sampling from a
+        policy's own moments, for the normalisation checks, is :func:`gflownet_measure.checks.normalisation.policy_nodes`.
         """
         a = self.atoms
         B, K = a.mask.shape
@@ -257,14 +253,7 @@ class Measure:
         for c, p in enumerate(self.pieces):
             if not p.mask.any():  # absent from every measure of the batch: no nodes (a kernel with one piece per edge count)
                 continue
-            if proposals and c in proposals:
-                if p.chart.domain.bounded or method != "mc":
-                    raise ValueError("Gaussian proposals are for Monte Carlo on unbounded chart domains")
-                loc, scale = (v.double() for v in proposals[c])
-                z = torch.randn(B, n, loc.shape[1], dtype=torch.float64, generator=generator)
-                u = loc[:, None] + scale[:, None] * z  # [B, M, k]
-                lw = (0.5 * z.square() + scale[:, None].log() + 0.5 * LOG_2PI).sum(-1) - math.log(n)
-            elif method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
+            if method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
                 u1, lw1 = p.chart.domain.weighted_points(n * B, method, generator=generator)
                 u, lw = u1.reshape(B, n, -1), lw1.reshape(B, n) + math.log(B)
             else:

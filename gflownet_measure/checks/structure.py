@@ -22,6 +22,19 @@ def _atom_states(graph: PointedGraph) -> Tensor:
     return graph.nu.atoms.x[0][graph.nu.atoms.mask[0]].float()
 
 
+def _source_mask(graph: PointedGraph, states: Tensor) -> Tensor:
+    """``[S]`` bool: the row of ``states`` (the atoms of nu) that is :math:`s_0`; where the exact searches start."""
+    return index_of(states, graph.source[None].float()) == torch.arange(len(states))
+
+
+def _successors(states: Tensor, atoms) -> Tensor:
+    """``[S]`` bool: the rows of ``states`` among the non-sink ``atoms`` of a kernel (one step of an exact search)."""
+    nxt = index_of(states, atoms.x[atoms.mask & ~atoms.sink])
+    out = torch.zeros(len(states), dtype=torch.bool)
+    out[nxt[nxt >= 0]] = True
+    return out
+
+
 def _some(states: Tensor, k: int = 3) -> str:
     """The first ``k`` rows of ``states`` as lists, for a message."""
     return ", ".join(str(v) for v in states[:k].tolist()) + (", ..." if len(states) > k else "")
@@ -68,14 +81,10 @@ def check_reachability(graph: PointedGraph, n: int, pb: Policy | None = None) ->
     name = CONDITIONS["reachability"]
     if not graph.nu.pieces:
         states = _atom_states(graph)
-        seen = index_of(states, graph.source[None].float()) == torch.arange(len(states))
+        seen = _source_mask(graph, states)
         frontier = seen.clone()
         for _ in range(graph.max_length):
-            a = graph.kappa(states[frontier]).atoms
-            nxt = index_of(states, a.x[a.mask & ~a.sink])
-            frontier = torch.zeros_like(seen)
-            frontier[nxt[nxt >= 0]] = True
-            frontier &= ~seen
+            frontier = _successors(states, graph.kappa(states[frontier]).atoms) & ~seen
             seen |= frontier
         missing = int((~seen).sum())
         detail = f"{missing} of {len(states)} states unreachable from s0 (exact search)" + (f": {_some(states[~seen])}" if missing else "")
@@ -121,15 +130,12 @@ def check_finite_absorption(graph: PointedGraph, n: int, pf: Policy | None = Non
     name = CONDITIONS["absorption"]
     if not graph.nu.pieces:
         states = _atom_states(graph)
-        frontier = index_of(states, graph.source[None].float()) == torch.arange(len(states))
+        frontier = _source_mask(graph, states)
         dead = []
         for _ in range(graph.max_length):
             m = graph.kappa(states[frontier])
             dead.append(states[frontier][m.is_zero()])
-            a = m.atoms
-            nxt = index_of(states, a.x[a.mask & ~a.sink])
-            frontier = torch.zeros_like(frontier)
-            frontier[nxt[nxt >= 0]] = True
+            frontier = _successors(states, m.atoms)
         dead = torch.cat(dead).unique(dim=0)
         alive = int(frontier.sum())
         detail = f"N={graph.max_length}: {alive} states still reachable after N steps" + (f" ({_some(states[frontier])})" if alive else "")

@@ -11,7 +11,7 @@ inverts itself, on which :meth:`~gflownet_measure.measures.Measure.point_of` (an
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -99,6 +99,14 @@ class _Finding(NamedTuple):
     message: str
 
 
+def _first_violation(ok: Tensor, say: Callable[[int, int, int], str]) -> _Finding:
+    """A finding over the moves or states ``ok [M]``: how many fail, of how many, and ``say(index of the first failing one, failures, total)``."""
+    bad = ~ok
+    if not bad.any():
+        return _Finding(0, len(ok), "")
+    return _Finding(int(bad.sum()), len(ok), say(int(bad.nonzero()[0]), int(bad.sum()), len(ok)))
+
+
 _HINT_ATOM = "a shifted, rounded or missing atom on one side?"
 _HINT_PIECE = "the {side} piece at this state has no matching {other} component: a missing `period` on a circle, a wrong arc length or a shifted atom?"
 
@@ -116,26 +124,21 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
     k, rk = ("kappa", "kappa_b") if forward else ("kappa_b", "kappa")
     side, other = ("forward", "backward") if forward else ("backward", "forward")
     s_, x_ = ("s", "s'") if forward else ("s'", "s")
-    out = []
-    for ok, what in ((back, "reversible"), (held & written, "in nu")):
-        bad = ~ok
-        if not bad.any():
-            out.append(_Finding(0, len(ok), ""))
-            continue
-        i = int(bad.nonzero()[0])
-        c = int(comp[i])
-        where = f"{k}({s_}, .) {component_name(measure, c)} moves {s_}={o[i].tolist()} to {x_}={x[i].tolist()}"
-        count = f"({int(bad.sum())} of {len(ok)} {side} moves)"
-        if what == "reversible":
-            hint = _HINT_ATOM if c < measure.atoms.count else _HINT_PIECE.format(side=side, other=other)
-            msg = f"{side} move not reversible: {where}, but {s_} is not in the support of {rk}({x_}, .) {count}; {hint}"
-        elif not held[i]:
-            msg = f"{side} move leaves the support of nu: {where}, which no component of nu holds {count}; a step off the state space or a piece missing from nu?"
-        else:
-            msg = (f"{side} move leaves nu's coordinates: {where}, a point of nu that nu's chart writes otherwise {count}; "
-                   "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates")
-        out.append(_Finding(int(bad.sum()), len(ok), msg))
-    return out
+
+    def where(i: int) -> str:
+        return f"{k}({s_}, .) {component_name(measure, int(comp[i]))} moves {s_}={o[i].tolist()} to {x_}={x[i].tolist()}"
+
+    def not_reversible(i: int, bad: int, total: int) -> str:
+        hint = _HINT_ATOM if int(comp[i]) < measure.atoms.count else _HINT_PIECE.format(side=side, other=other)
+        return f"{side} move not reversible: {where(i)}, but {s_} is not in the support of {rk}({x_}, .) ({bad} of {total} {side} moves); {hint}"
+
+    def not_in_nu(i: int, bad: int, total: int) -> str:
+        if not held[i]:
+            return f"{side} move leaves the support of nu: {where(i)}, which no component of nu holds ({bad} of {total} {side} moves); a step off the state space or a piece missing from nu?"
+        return (f"{side} move leaves nu's coordinates: {where(i)}, a point of nu that nu's chart writes otherwise ({bad} of {total} {side} moves); "
+                "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates")
+
+    return [_first_violation(back, not_reversible), _first_violation(held & written, not_in_nu)]
 
 
 def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Finding]:
@@ -147,19 +150,11 @@ def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Findi
     b = graph.kappa(terminal).atoms
     can_stop = (b.mask & b.sink).any(1)
     return [
-        _first_violation(held, x, lambda s, k, m: f"kappa(s, .) has the sink atom at s={s}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
+        _first_violation(held, lambda i, k, m: f"kappa(s, .) has the sink atom at s={x[i].tolist()}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
                          f"({k} of {m} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"),
-        _first_violation(can_stop, terminal, lambda s, k, m: f"graph.terminal = kappa_b(sink, .) holds s={s}, but kappa(s, .) has no sink atom there "
+        _first_violation(can_stop, lambda i, k, m: f"graph.terminal = kappa_b(sink, .) holds s={terminal[i].tolist()}, but kappa(s, .) has no sink atom there "
                          f"({k} of {m} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"),
     ]
-
-
-def _first_violation(ok: Tensor, states: Tensor, say) -> _Finding:
-    """A finding over ``ok [M]``: how many states fail, of how many, and ``say(first failing state, failures, total)``."""
-    bad = ~ok
-    if not bad.any():
-        return _Finding(0, len(ok), "")
-    return _Finding(int(bad.sum()), len(ok), say(states[int(bad.nonzero()[0])].tolist(), int(bad.sum()), len(ok)))
 
 
 def check_support(graph: PointedGraph, n: int) -> CheckResult:

@@ -1,7 +1,8 @@
 """The `gflownet-measure` command line: list, run, check.
 
-``check`` takes a registered environment or a space of one's own, ``MODULE:FACTORY`` (:func:`load_user_space`); a
-module or factory that does not load, raises or returns something else than a graph is a user error as well.
+``check`` takes a registered environment or a space of one's own, ``MODULE:FACTORY``
+(:func:`~experiments.user_space.load_user_space`); a module or factory that does not load, raises or returns something
+else than a graph is a user error as well.
 
 User errors (unknown names, presets, keys, values out of range, unreadable inputs, a run folder that holds another
 run, a checkpoint of another run) print one line and exit with code 2, before anything in the run folder is touched;
@@ -11,27 +12,16 @@ last checkpoint is and exits with code 130. See the README's "Reliability" secti
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import importlib
-import importlib.util
-import inspect
 import json
-import os
 import sys
 import time
-import traceback
-import typing
 import warnings
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import METHODS, check_graph
-from gflownet_measure.densities import Policy
-from gflownet_measure.graph import PointedGraph
-from gflownet_measure.options import Setting, settings_of
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
@@ -39,6 +29,7 @@ from .common import WallClock, write_json
 from .memory import require_memory
 from .run_folder import RunFolder, load_run_config
 from .settings import ConfigError, build, parse_assignments, resolve
+from .user_space import load_user_space
 
 PROG = "gflownet-measure"
 MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
@@ -167,122 +158,6 @@ def cmd_run(args) -> int:
     print(json.dumps(metrics, indent=2))
     print(f"run folder: {out}")
     return 0
-
-
-def _first_line(e: BaseException, origin: str | None = None) -> str:
-    """``Type: message (file, line n)`` of ``e``, its message cut at the first line: the line is a syntax error's own,
-    else the last one of the file ``origin`` (the user's module) that the traceback passes through, else the last one
-    outside this file and the import machinery."""
-    if isinstance(e, SyntaxError):
-        return f"{type(e).__name__}: {e.msg} ({e.filename}, line {e.lineno})"
-    message = str(e).strip().splitlines()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<") and f.filename != __file__]
-    where = next((f for f in reversed(frames) if f.filename == origin), frames[-1] if frames else None)
-    return f"{type(e).__name__}{': ' + message[0] if message else ''}{f' ({where.filename}, line {where.lineno})' if where else ''}"
-
-
-def _import_module(target: str, module: str):
-    """The module ``module`` of ``target``: a path to a ``.py`` file (its folder put first on ``sys.path``, as
-    ``python PATH.py`` does), or a dotted module importable from the current directory (put first on ``sys.path``, as
-    ``python -m`` does)."""
-    expected = "expected MODULE:FACTORY, MODULE a dotted module importable from the current directory or a path to a .py file"
-    if module.endswith(".py") or "/" in module or os.sep in module:
-        path = Path(module).expanduser().resolve()
-        if not path.is_file():
-            raise ConfigError(f"check: {target}: no file {module}; {expected}")
-        name = path.stem
-        taken = sys.modules.get(name)
-        if taken is not None and Path(getattr(taken, "__file__", None) or "").resolve() != path:
-            raise ConfigError(f"check: {target}: the module name {name} is already taken by {getattr(taken, '__file__', None) or 'a built-in module'}; rename {path.name}")
-        if str(path.parent) not in sys.path:
-            sys.path.insert(0, str(path.parent))
-        spec = importlib.util.spec_from_file_location(name, path)
-        loaded = importlib.util.module_from_spec(spec)
-        sys.modules[name] = loaded  # dataclasses and typing look a class's module up there
-        try:
-            spec.loader.exec_module(loaded)
-        except Exception as e:
-            del sys.modules[name]
-            raise ConfigError(f"check: {target}: importing {module} raised {_first_line(e, str(path))}") from None
-        return loaded
-    if not all(part.isidentifier() for part in module.split(".")):
-        raise ConfigError(f"check: {target}: {module!r} is not a dotted module name; {expected}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    importlib.invalidate_caches()  # a file written since the interpreter started
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name is not None and (module == e.name or module.startswith(e.name + ".")):
-            raise ConfigError(f"check: {target}: no module named {e.name} in {os.getcwd()} or on sys.path; {expected}") from None
-        raise ConfigError(f"check: {target}: importing {module} raised {_first_line(e)}") from None
-    except Exception as e:
-        raise ConfigError(f"check: {target}: importing {module} raised {_first_line(e)}") from None
-
-
-def _factory_arguments(target: str, factory: Callable, assignments: dict[str, str]) -> tuple[tuple, dict[str, Any]]:
-    """``(args, kwargs)`` of ``factory`` from the ``--set`` pairs: an instance of the dataclass of
-    :func:`~gflownet_measure.options.option` fields that annotates its first parameter, or keyword arguments parsed
-    as their annotations (or defaults) say."""
-    try:
-        signature = inspect.signature(factory)
-    except (TypeError, ValueError):  # a built-in without a signature: nothing to set
-        if assignments:
-            raise ConfigError(f"check: {target}: its parameters are unknown, so --set has nothing to set; drop --set") from None
-        return (), {}
-    try:
-        hints = typing.get_type_hints(factory)
-    except Exception:  # an annotation that does not resolve: read the parameters' defaults instead
-        hints = {}
-    params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    first = hints.get(params[0].name) if params else None
-    if isinstance(first, type) and dataclasses.is_dataclass(first) and settings_of(first):
-        return (build(first, resolve(settings_of(first), assignments)),), {}
-    by_name = {p.name: p for p in params if p.kind is not p.POSITIONAL_ONLY}
-    kwargs = {}
-    for key, value in assignments.items():
-        if key not in by_name:
-            raise ConfigError(f"unknown setting {key!r} for {target}; valid: {', '.join(by_name) or 'none (it takes no keyword arguments)'}")
-        p = by_name[key]
-        kind = hints.get(key, type(p.default))
-        if kind not in (int, float, bool, str):
-            said = f"annotated {inspect.formatannotation(kind)}" if key in hints else "neither annotated nor defaulted to a value of those types"
-            raise ConfigError(f"--set {key}: parameter {key} of {target} is {said}; --set gives int, float, bool or str")
-        try:
-            kwargs[key] = Setting(kind()).parse(key, value)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-    missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
-    if missing:
-        raise ConfigError(f"check: {target}: {factory.__name__} needs {', '.join(missing)}; give --set {' '.join(f'{m}=VALUE' for m in missing)}")
-    return (), kwargs
-
-
-def load_user_space(target: str, assignments: dict[str, str]) -> tuple[PointedGraph, Policy | None, Policy | None]:
-    """``(graph, pf, pb)`` of ``target`` = ``MODULE:FACTORY``, the factory called with the ``--set`` pairs
-    (:func:`_factory_arguments`); ``pf`` or ``pb`` is ``None`` where the factory returns none. Every mistake is a
-    one-line :class:`ConfigError` naming what was given and what is expected."""
-    module_name, _, name = target.rpartition(":")
-    if not module_name or not name:
-        raise ConfigError(f"check: {target}: expected MODULE:FACTORY (e.g. my_space:make_graph or spaces/beta.py:make_graph)")
-    module = _import_module(target, module_name)
-    if not hasattr(module, name):
-        defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__ and not k.startswith("_"))
-        raise ConfigError(f"check: {target}: module {module.__name__} has no attribute {name}; valid: {', '.join(defined) or 'none (it defines no function)'}")
-    factory = getattr(module, name)
-    if not callable(factory):
-        raise ConfigError(f"check: {target}: {name} is an object of type {type(factory).__name__}, not callable; expected a function returning a PointedGraph or (graph, pf, pb)")
-    args, kwargs = _factory_arguments(target, factory, assignments)
-    try:
-        made = factory(*args, **kwargs)
-    except Exception as e:
-        raise ConfigError(f"check: {target}: {name} raised {_first_line(e, getattr(module, '__file__', None))}") from None
-    parts = made if isinstance(made, tuple) else (made,)
-    if not (1 <= len(parts) <= 3 and isinstance(parts[0], PointedGraph) and all(p is None or isinstance(p, Policy) for p in parts[1:])):
-        got = f"({', '.join(type(p).__name__ for p in parts)})" if isinstance(made, tuple) else type(made).__name__
-        raise ConfigError(f"check: {target}: {name} returned {got}; expected a PointedGraph or a tuple (graph, pf, pb) of a PointedGraph and Policy or None")
-    graph, pf, pb = parts + (None,) * (3 - len(parts))
-    return graph, pf, pb
 
 
 def cmd_check(args) -> int:

@@ -57,6 +57,11 @@ def _piece_text(index: int, chart) -> str:
     return f"piece {index}'s chart {type(chart).__name__} with domain {box_text(chart.domain)}"
 
 
+def _squashed(raw: Tensor, c_min: float, c_span: float) -> Tensor:
+    """Concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)` of raw outputs, elementwise (same shape): every head's."""
+    return c_min + c_span * torch.sigmoid(raw)
+
+
 def _bounds(box: Box, like: Tensor) -> tuple[Tensor, Tensor]:
     """``(low, high)`` ``[k]`` each, in the dtype and on the device of ``like``."""
     return tuple(torch.as_tensor(v, dtype=like.dtype, device=like.device) for v in (box.low, box.high))
@@ -220,8 +225,7 @@ class BetaHead(nn.Module):
         return 2 * self.k
 
     def _concentrations(self, raw: Tensor) -> Tensor:
-        """Concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)` of raw outputs, elementwise (same shape)."""
-        return self.c_min + self.c_span * torch.sigmoid(raw)
+        return _squashed(raw, self.c_min, self.c_span)
 
     def _on_domain(self, q: Distribution, raw: Tensor) -> Distribution:
         """``q`` (a law on ``[0, 1]^k``) itself on the unit box, else :class:`Rescaled` onto ``domain``."""
@@ -284,4 +288,4 @@ class VonMisesHead(nn.Module):
 
     def forward(self, raw: Tensor) -> WrappedVonMises:
         loc, pre = raw.chunk(2, -1)  # [..., 2k] -> mu, kappa pre-activations [..., k]
-        return WrappedVonMises(loc, self.c_min + self.c_span * torch.sigmoid(pre), *_bounds(self.domain, raw))
+        return WrappedVonMises(loc, _squashed(pre, self.c_min, self.c_span), *_bounds(self.domain, raw))

@@ -89,10 +89,10 @@ def exploration(cfg: dict, step: int) -> float:
     return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
 
 
-def _problem(cfg: dict) -> env.Problem:
-    """The data and model the settings name; data that cannot be read or modelled is a :class:`ConfigError`."""
+def _problem(space: env.DagParamsConfig) -> env.Problem:
+    """The data and model ``space`` names; data that cannot be read or modelled is a :class:`ConfigError`."""
     try:
-        return env.make_problem(build(env.DagParamsConfig, cfg))
+        return env.make_problem(space)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
@@ -128,7 +128,7 @@ def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
     space = build(env.DagParamsConfig, cfg)
-    problem = _problem(cfg)
+    problem = _problem(space)
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
     gfn, hyper = GFlowNet(pf, pb), UNDIRECTED_SUBTB.options(cfg)  # the objective's view of the policies; state holds what is trained
@@ -196,7 +196,7 @@ def validate(cfg: dict, d: int | None = None) -> None:
     """The data (a user's CSV is read and checked), the replay batch against the buffer, and the memory of one update:
     about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
     64 to 256: 29.5 bytes per pair)."""
-    d = d or (_problem(cfg).model.d if cfg["data"] else cfg["d"])
+    d = d or (_problem(build(env.DagParamsConfig, cfg)).model.d if cfg["data"] else cfg["d"])
     if cfg["batch_size"] > cfg["replay_capacity"]:
         raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
     if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:

@@ -5,7 +5,10 @@ Model, with :math:`\\sigma^2` = ``obs_var`` and :math:`\\sigma_0^2` = ``prior_va
 .. math:: X_j = \\sum_i \\theta_{ij} A_{ij} X_i + \\varepsilon_j,\\quad \\varepsilon_j \\sim \\mathcal N(0, \\sigma^2),
           \\qquad \\theta_{ij} \\sim \\mathcal N(0, \\sigma_0^2) \\text{ for active } A_{ij} = 1,
 
-and the reward of the hybrid GFlowNet is :math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`.
+and the reward of the hybrid GFlowNet is :math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`
+(the priors and the reward: :mod:`.cpd_base`). A parameter vector is flat, ``theta [..., P]`` with :math:`P = d^2`
+row-major: ``theta[i * d + j]`` = :math:`\\theta_{ij}`, the weight of :math:`i \\to j` (``theta_matrix.flatten(-2)``);
+node ``j``'s block is its column, the positions ``i * d + j``.
 
 Per child :math:`j` with parent data :math:`X_P` ``[N, k]`` and column :math:`x` ``[N]``, the weights
 integrate out in closed form (JSP-GFN eq. D.24; docs/references.md, 'Exact posterior'):
@@ -32,9 +35,9 @@ from torch import Tensor
 
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "simulate_er", "load_csv"]
+from .cpd_base import GRAPH_PRIORS, CPDBase, check_variance
 
-GRAPH_PRIORS = ("uniform", "erdos_renyi")
+__all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "check_simulation", "random_er_dag", "simulate_er", "load_csv"]
 
 
 class _Local(NamedTuple):
@@ -49,8 +52,8 @@ class _Local(NamedTuple):
     mean_field_gap: float  # KL(q* || N(m_j, V_j)) for the best factorised Gaussian q*: 0.5 (sum_i log (V_j^-1)_ii - log det V_j^-1)
 
 
-class LinearGaussian:
-    """Data and hyper-parameters of the linear-Gaussian network; batched log-densities over ``adj [..., d, d]``.
+class LinearGaussian(CPDBase):
+    """Data and hyper-parameters of the linear-Gaussian network; batched log-densities over ``adj [..., d, d]`` and flat ``theta [..., d * d]``.
 
     Args:
         data: ``[N, d]`` observations (cast to float64).
@@ -61,28 +64,26 @@ class LinearGaussian:
         edges_per_node: ``k`` of the Erdos-Renyi prior.
     """
 
+    kind = "continuous"
+
     def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0):
-        data = torch.as_tensor(data, dtype=torch.float64)
-        if data.dim() != 2 or data.shape[0] < 1 or data.shape[1] < 1:
-            raise ValueError(f"LinearGaussian: data must be [N, d] with N, d >= 1; got shape {tuple(data.shape)}")
-        if not torch.isfinite(data).all():
-            raise ValueError("LinearGaussian: data has non-finite values")
-        if not (obs_var > 0 and prior_var > 0 and math.isfinite(obs_var) and math.isfinite(prior_var)):
-            raise ValueError(f"LinearGaussian: obs_var and prior_var must be finite and > 0; got {obs_var!r}, {prior_var!r}")
-        if graph_prior not in GRAPH_PRIORS:
-            raise ValueError(f"LinearGaussian: graph_prior must be one of {GRAPH_PRIORS}; got {graph_prior!r}")
-        self.data, self.obs_var, self.prior_var, self.graph_prior = data, float(obs_var), float(prior_var), graph_prior
-        self.n, self.d = data.shape
-        self.gram = data.T @ data  # [d, d]: X^T X
-        self.log_edge_odds = 0.0
-        if graph_prior == "erdos_renyi":
-            p = 2 * edges_per_node / (self.d - 1) if self.d > 1 else math.inf
-            if not 0 < p < 1:
-                raise ValueError(f"LinearGaussian: the erdos_renyi prior needs 0 < p = 2 k / (d - 1) < 1; got p = {p:.4g} for d = {self.d}, k = {edges_per_node}")
-            self.log_edge_odds = math.log(p) - math.log1p(-p)
+        check_variance("LinearGaussian", "obs_var", obs_var)
+        super().__init__(data, prior_var, graph_prior, edges_per_node)
+        self.obs_var = float(obs_var)
+        self.block = self.d  # node j's block: the weights of its column
+        self.gram = self.data.T @ self.data  # [d, d]: X^T X
         self._cache: dict[tuple[int, int], _Local] = {}
 
     # ---------------------------------------------------------------- densities of (G, theta)
+
+    def block_index(self) -> Tensor:
+        """``[d, d]`` long, ``[j, i]`` = ``i * d + j``: node ``j``'s block is column ``j`` of :math:`\\theta`."""
+        return torch.arange(self.d * self.d).view(self.d, self.d).T.contiguous()
+
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., d * d]`` bool: :math:`\\theta_{ij}` is active iff :math:`A_{ij} = 1` (``adj.flatten(-2)``)."""
+        self._check_adj(adj)
+        return adj.bool().flatten(-2)
 
     def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
         """:math:`\\log P(D | G, \\theta) = \\sum_n \\sum_j \\log \\mathcal N(x_{nj}; \\sum_i \\theta_{ij} A_{ij} x_{ni}, \\sigma^2)` ``[...]``.
@@ -92,31 +93,16 @@ class LinearGaussian:
         .. math:: \\sum_n (x_{nj} - (XW)_{nj})^2 = C_{jj} - 2 \\sum_i W_{ij} C_{ij} + \\sum_i W_{ij} (C W)_{ij},
 
         so the cost is :math:`O(d^3)` per graph whatever ``N`` (float64: the three terms nearly cancel).
-        ``theta [..., d, d]`` broadcasts with ``adj`` (e.g. ``[S, B, d, d]`` against ``[B, d, d]``); the result is in
-        ``theta``'s dtype and differentiable in it. With ``rows`` (``[M]`` long), the unbiased mini-batch estimate
-        :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13).
+        ``theta [..., d * d]`` broadcasts with ``adj`` (e.g. ``[S, B, d * d]`` against ``[B, d, d]``); only its active
+        coordinates are read; the result is in ``theta``'s dtype and differentiable in it. With ``rows`` (``[M]`` long),
+        the unbiased mini-batch estimate :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13).
         """
-        x = self.data if rows is None else self.data[rows]  # [M, d]
+        x, scale = self._rows(rows)  # [M, d]
         C = self.gram if rows is None else x.T @ x
-        W = theta.to(torch.float64) * adj.to(torch.float64)  # [..., d, d]
+        W = self._masked(adj, theta).unflatten(-1, (self.d, self.d))  # [..., d, d]
         rss = C.diagonal() - 2 * (W * C).sum(-2) + (W * (C @ W)).sum(-2)  # [..., d]
-        M = x.shape[0]
-        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * M * self.d * (LOG_2PI + math.log(self.obs_var))
-        return (ll * (self.n / M)).to(theta.dtype)
-
-    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
-        """:math:`\\log P(\\theta | G) = \\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; 0, \\sigma_0^2)` ``[...]`` w.r.t. Lebesgue on the active entries."""
-        log_n = -0.5 * theta.square() / self.prior_var - 0.5 * (LOG_2PI + math.log(self.prior_var))
-        return (log_n * adj.to(theta.dtype)).sum((-1, -2))
-
-    def log_prior_graph(self, adj: Tensor) -> Tensor:
-        """:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}` (0 for the uniform prior): ``[...]`` float64."""
-        return adj.to(torch.float64).sum((-1, -2)) * self.log_edge_odds
-
-    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
-        """:math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)` ``[...]`` in ``theta``'s dtype."""
-        ll = self.log_likelihood(adj, theta, rows)
-        return ll + self.log_prior_theta(adj, theta) + self.log_prior_graph(adj).to(ll.dtype)
+        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * x.shape[0] * self.d * (LOG_2PI + math.log(self.obs_var))
+        return (ll * scale).to(theta.dtype)
 
     # ---------------------------------------------------------------- closed forms, theta integrated out
 
@@ -141,8 +127,7 @@ class LinearGaussian:
 
     def _parent_codes(self, adj: Tensor) -> Tensor:
         """:math:`c_j = \\sum_i A_{ij} 2^i`: ``[..., d]`` long, the parent set of every node as an integer."""
-        if adj.shape[-2:] != (self.d, self.d):
-            raise ValueError(f"LinearGaussian: adj must be [..., {self.d}, {self.d}]; got shape {tuple(adj.shape)}")
+        self._check_adj(adj)
         return (adj.long() << torch.arange(self.d, device=adj.device)[:, None]).sum(-2)
 
     def _unique_locals(self, adj: Tensor) -> tuple[list[_Local], Tensor]:
@@ -195,8 +180,9 @@ class LinearGaussian:
         """:math:`\\theta_{\\mathrm{Pa}(j), j} | G, D \\sim \\mathcal N(m_j, V_j)` (JSP-GFN eq. D.24) for one graph ``adj [d, d]``.
 
         Returns:
-            ``mean [d, d]`` (``mean[i, j]`` = :math:`(m_j)_i` for parents ``i``, else 0) and ``cov [d, d, d]``
-            (``cov[j]`` = :math:`V_j` at the parent rows and columns, else 0), float64.
+            ``mean [d * d]`` flat (``mean[i * d + j]`` = :math:`(m_j)_i` for parents ``i``, else 0) and ``cov [d, d, d]``,
+            ``cov[j]`` the covariance of node ``j``'s block ``theta[block_index()[j]]`` (:math:`V_j` at the parent rows
+            and columns, else 0), float64.
         """
         if adj.shape != (self.d, self.d):
             raise ValueError(f"theta_posterior: adj must be one graph [{self.d}, {self.d}]; got shape {tuple(adj.shape)}")
@@ -206,23 +192,24 @@ class LinearGaussian:
             local = self._local(j, code)
             mean[local.parents, j] = local.mean
             cov[j][local.parents[:, None], local.parents] = local.cov
-        return mean, cov
+        return mean.flatten(), cov
 
     def sample_theta_posterior(self, adj: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Exact draws :math:`\\theta \\sim P(\\theta | G, D)`: :math:`\\theta_{P, j} = m_j + L_j^{-\\top} \\varepsilon`, ``L_j L_j^\\top = V_j^{-1}``; ``[B, d, d]`` float64."""
+        """Exact draws :math:`\\theta \\sim P(\\theta | G, D)`: :math:`\\theta_{P, j} = m_j + L_j^{-\\top} \\varepsilon`, ``L_j L_j^\\top = V_j^{-1}``; flat ``[B, d * d]`` float64."""
         theta = torch.zeros(adj.shape, dtype=torch.float64)
         for local, graphs, node in self._groups(adj):
             eps = torch.randn(len(local.parents), len(graphs), dtype=torch.float64, generator=generator)  # [k, n]
             z = torch.linalg.solve_triangular(local.chol_prec.T, eps, upper=True)  # [k, n]
             theta[graphs[:, None], local.parents, node] = local.mean + z.T
-        return theta
+        return theta.flatten(-2)
 
     def log_prob_theta_posterior(self, adj: Tensor, theta: Tensor) -> Tensor:
         """:math:`\\log P(\\theta | G, D) = \\sum_j \\log \\mathcal N(\\theta_{\\mathrm{Pa}(j), j}; m_j, V_j)` ``[B]`` float64, w.r.t. Lebesgue on the active entries.
 
-        Nodes without parents contribute 0; differentiable in ``theta``.
+        ``theta [B, d * d]`` flat; nodes without parents contribute 0; differentiable in ``theta``.
         """
-        theta = theta.to(torch.float64)
+        self._check_theta(theta)
+        theta = theta.to(torch.float64).unflatten(-1, (self.d, self.d))
         out = torch.zeros(adj.shape[0], dtype=torch.float64)
         for local, graphs, node in self._groups(adj):
             delta = theta[graphs[:, None], local.parents, node] - local.mean  # [n, k]
@@ -248,7 +235,8 @@ class LinearGaussian:
 
 @dataclass(frozen=True)
 class SimulatedData:
-    """A simulated network: ground truth ``adj [d, d]`` bool and ``theta [d, d]``, ``train [N, d]`` and ``valid [N', d]`` float64, variable ``names``."""
+    """A simulated network: ground truth ``adj [d, d]`` bool and flat ``theta [P]`` (in the layout of the model that
+    simulated it, 0 off :math:`\\Theta_G`), ``train [N, d]`` and ``valid [N', d]`` float64, variable ``names``."""
 
     adj: Tensor
     theta: Tensor
@@ -257,27 +245,41 @@ class SimulatedData:
     names: list[str]
 
 
-def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0) -> SimulatedData:
-    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))`, :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (docs/references.md, 'Simulated data').
-
-    The graph is a Bernoulli(p) strict lower triangle with its nodes randomly permuted; the data solve
-    :math:`X = X\\Theta + E` with :math:`E_{nj} \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, which equals ancestral
-    sampling because :math:`\\Theta` is nilpotent on a DAG. Deterministic given ``seed`` (numpy ``Generator``).
-    """
+def check_simulation(fn: str, d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float) -> None:
+    """The one-line ``ValueError`` of a simulator ``fn`` given sizes or scales it cannot use."""
     if int(d) != d or d < 1 or int(n_train) != n_train or n_train < 1 or int(n_valid) != n_valid or n_valid < 0:
-        raise ValueError(f"simulate_er: need integers d >= 1, n_train >= 1, n_valid >= 0; got {d!r}, {n_train!r}, {n_valid!r}")
+        raise ValueError(f"{fn}: need integers d >= 1, n_train >= 1, n_valid >= 0; got {d!r}, {n_train!r}, {n_valid!r}")
     if not (edges_per_node >= 0 and obs_std > 0):
-        raise ValueError(f"simulate_er: need edges_per_node >= 0 and obs_std > 0; got {edges_per_node!r}, {obs_std!r}")
-    rng = np.random.default_rng(seed)
+        raise ValueError(f"{fn}: need edges_per_node >= 0 and obs_std > 0; got {edges_per_node!r}, {obs_std!r}")
+
+
+def random_er_dag(d: int, edges_per_node: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))` (docs/references.md, 'Simulated data'): ``(adj [d, d] bool, order [d])``.
+
+    A Bernoulli(p) strict lower triangle with its nodes randomly permuted by ``perm``: :math:`i \\to j` iff
+    ``perm[i] > perm[j]``, so ``order`` (the nodes by decreasing ``perm``) is a topological order.
+    """
     p = min(1.0, 2 * edges_per_node / (d - 1)) if d > 1 else 0.0
     lower = np.tril(rng.random((d, d)) < p, k=-1)
     perm = rng.permutation(d)
-    adj = lower[perm][:, perm]
+    return lower[perm][:, perm], np.argsort(-perm)
+
+
+def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0) -> SimulatedData:
+    """:math:`G \\sim \\mathrm{ER}(p)` (:func:`random_er_dag`), :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (docs/references.md, 'Simulated data').
+
+    The data solve :math:`X = X\\Theta + E` with :math:`E_{nj} \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, which equals
+    ancestral sampling because :math:`\\Theta` is nilpotent on a DAG. ``theta`` is flat ``[d * d]``
+    (:class:`LinearGaussian`'s layout). Deterministic given ``seed`` (numpy ``Generator``).
+    """
+    check_simulation("simulate_er", d, edges_per_node, n_train, n_valid, obs_std)
+    rng = np.random.default_rng(seed)
+    adj, _ = random_er_dag(d, edges_per_node, rng)
     theta = np.where(adj, rng.normal(size=(d, d)), 0.0)
     noise = rng.normal(scale=obs_std, size=(n_train + n_valid, d))
     x = np.linalg.solve((np.eye(d) - theta).T, noise.T).T  # X (I - Theta) = E
     x = torch.from_numpy(x)
-    return SimulatedData(torch.from_numpy(adj), torch.from_numpy(theta), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
+    return SimulatedData(torch.from_numpy(adj), torch.from_numpy(theta).flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
 
 
 def load_csv(path) -> tuple[Tensor, list[str]]:

@@ -70,7 +70,7 @@ class ExactPosterior:
         return self._mean_field_features
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d, d] float64)``."""
+        """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d * d] float64)``, ``theta`` flat (:class:`~.bayesnet.LinearGaussian`'s layout)."""
         idx = torch.multinomial(self.log_prob.exp(), n, replacement=True, generator=generator)
         adj = self.dags[idx]
         return adj, self.model.sample_theta_posterior(adj, generator)
@@ -89,11 +89,11 @@ class ExactPosterior:
         return self.log_prob[self.index(adj)]
 
     def log_prob_joint(self, adj: Tensor, theta: Tensor) -> Tensor:
-        """:math:`\\log P(G, \\theta | D) = \\log P(G | D) + \\log P(\\theta | G, D)` ``[B]`` w.r.t. counting :math:`\\otimes` Lebesgue on the active entries."""
+        """:math:`\\log P(G, \\theta | D) = \\log P(G | D) + \\log P(\\theta | G, D)` ``[B]`` w.r.t. counting :math:`\\otimes` Lebesgue on the active entries of the flat ``theta [B, d * d]``."""
         return self.log_prob_graph(adj) + self.model.log_prob_theta_posterior(adj, theta)
 
     def theta_metric(self, adj: Tensor, theta: Tensor) -> Tensor:
-        """:math:`-\\log P(\\theta | G, D)` ``[B]``, the per-sample "Params" metric of Lahlou et al. 2023, Table 3 (average it, and divide by ``N`` where wanted)."""
+        """:math:`-\\log P(\\theta | G, D)` ``[B]`` for flat ``theta [B, d * d]``, the per-sample "Params" metric of Lahlou et al. 2023, Table 3 (average it, and divide by ``N`` where wanted)."""
         return -self.model.log_prob_theta_posterior(adj, theta)
 
     def theta_metric_expected(self) -> float:

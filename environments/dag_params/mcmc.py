@@ -51,7 +51,9 @@ and candidate states stacked. About 2,000 steps/s for one chain at d = 5 on one 
 ``log_reward``); the chains of a batch cost little more.
 
 Samples: after ``burn_in`` steps, every ``thin``-th state of each chain, ``n_samples`` per chain;
-``graphs[c * n_samples + t]`` is chain c's t-th kept state.
+``graphs[c * n_samples + t]`` is chain c's t-th kept state. Parameters are flat, ``theta [..., d * d]`` with
+``theta[i * d + j]`` = :math:`\\theta_{ij}` (:class:`~.bayesnet.LinearGaussian`'s layout); the chains keep them as
+``[d, d]`` matrices inside.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ MOVES = ("add", "remove", "reverse")
 class MCMCSamples(NamedTuple):
     """Output of :func:`mh_mc3` and :func:`gibbs_mc3`.
 
-    ``graphs [K, d, d]`` bool and ``thetas [K, d, d]`` float64 (0 at non-edges), ``K = n_chains * n_samples``,
+    ``graphs [K, d, d]`` bool and flat ``thetas [K, d * d]`` float64 (0 at non-edges), ``K = n_chains * n_samples``,
     chain-major (``graphs.view(n_chains, n_samples, d, d)``); ``acceptance`` is the fraction of accepted
     structure moves over all steps (burn-in included) and chains; ``seconds`` the wall time of the run.
     """
@@ -95,7 +97,7 @@ class StructureProposal(NamedTuple):
     """
 
     adj: Tensor  # [B, d, d] bool: G'
-    theta: Tensor  # [B, d, d] float64: theta'
+    theta: Tensor  # [B, d * d] float64, flat: theta'
     kind: Tensor  # [B] long: index into MOVES
     edge: Tensor  # [B, 2] long: (i, j) of the edge i -> j the move acts on (a reversal's new edge is j -> i)
     n_moves: Tensor  # [B] long: n(G)
@@ -211,7 +213,7 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
 
     Args:
         adj: ``[B, d, d]`` bool DAGs, ``d >= 2`` (so that every graph has a legal move).
-        theta: ``[B, d, d]`` weights, 0 at non-edges.
+        theta: flat ``[B, d * d]`` weights, 0 at non-edges.
         jump_std: s of the weight proposal :math:`q_w`.
         generator: torch RNG.
         max_parents: at most this many parents per node (:func:`legal_moves`).
@@ -222,8 +224,9 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
     B, d = adj.shape[0], adj.shape[-1]
     u_pick = torch.rand(B, dtype=torch.float64, generator=generator).numpy()
     z = torch.randn(B, dtype=torch.float64, generator=generator).numpy()
-    out = _propose(adj.bool().cpu().numpy(), theta.detach().cpu().double().numpy(), float(jump_std), u_pick, z, _MoveTable(d, max_parents))
-    return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in out))
+    matrix = theta.detach().cpu().double().numpy().reshape(B, d, d)
+    new_adj, new_theta, *rest = _propose(adj.bool().cpu().numpy(), matrix, float(jump_std), u_pick, z, _MoveTable(d, max_parents))
+    return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in (new_adj, new_theta.reshape(B, d * d), *rest)))
 
 
 class _GibbsDraws:
@@ -246,7 +249,8 @@ class _GibbsDraws:
         if hit is None:
             if len(self.cache) >= self.max_size:
                 self.cache.clear()
-            mean, cov = (x.double().numpy() for x in self.model.theta_posterior(torch.from_numpy(adj)))  # [d, d], [d, d, d]
+            mean, cov = (x.double().numpy() for x in self.model.theta_posterior(torch.from_numpy(adj)))  # [d * d], [d, d, d]
+            mean = mean.reshape(self.d, self.d)
             scale = np.zeros((self.d, self.d, self.d))  # [j, i, k]: column j's noise is scale[j] @ z_j
             for j in range(self.d):
                 parents = np.flatnonzero(adj[:, j])
@@ -298,7 +302,7 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
     n_struct = n_theta = 0
 
     def log_R(a: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return model.log_reward(torch.from_numpy(a), torch.from_numpy(t)).double().numpy()
+        return model.log_reward(torch.from_numpy(a), torch.from_numpy(t.reshape(len(t), d * d))).double().numpy()
 
     with torch.no_grad():
         cur = log_R(adj, theta)  # [C]
@@ -334,7 +338,7 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
                     post["acc_theta"] = f"{n_theta / ((step + 1) * C):.3f}"
                 bar.set_postfix(post, refresh=False)
         bar.close()
-    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, d, d)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
+    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, d * d)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
 
 
 def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
@@ -347,7 +351,7 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
     then one Gaussian random-walk move of all active weights, :math:`\\log \\alpha = \\Delta \\log R`.
 
     Args:
-        model: a ``LinearGaussian`` (anything with ``d`` and ``log_reward(adj, theta) -> [B]``).
+        model: a ``LinearGaussian`` (anything with ``d`` and ``log_reward(adj [B, d, d], theta [B, d * d]) -> [B]``).
         n_samples: states kept per chain.
         burn_in: steps discarded before the first kept state.
         thin: steps between kept states.

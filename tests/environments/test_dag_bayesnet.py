@@ -36,11 +36,11 @@ def test_log_joint_graph_equals_quadrature_of_the_reward_over_the_one_weight():
     model = LinearGaussian(data, obs_var=0.01, graph_prior="erdos_renyi", edges_per_node=0.25)  # p = 1/4: log P(G) = -log 3
     adj = dag(3, [(0, 1)])
     mean, cov = model.theta_posterior(adj)
-    m, sd = float(mean[0, 1]), math.sqrt(float(cov[1, 0, 0]))
+    m, sd = float(mean[0 * 3 + 1]), math.sqrt(float(cov[1, 0, 0]))  # flat index i * d + j of the edge 0 -> 1
 
     def log_f(t):
-        theta = torch.zeros(3, 3, dtype=torch.float64)
-        theta[0, 1] = t
+        theta = torch.zeros(9, dtype=torch.float64)
+        theta[0 * 3 + 1] = t
         return float(model.log_likelihood(adj, theta) + model.log_prior_theta(adj, theta))
 
     peak = log_f(m)
@@ -61,7 +61,8 @@ def test_theta_posterior_is_the_stationary_point_and_inverse_curvature_of_the_re
 
     theta = mean.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(log_f(theta), theta)
-    hess = torch.autograd.functional.hessian(log_f, mean)  # [d, d, d, d]
+    hess = torch.autograd.functional.hessian(log_f, mean).view(4, 4, 4, 4)  # [i, j, i', j'] of the flat [d * d, d * d]
+    mean = mean.view(4, 4)
     scale = hess.abs().max()
     assert grad.abs().max() < 1e-10 * scale  # zero gradient at the mean, up to float64 round-off of O(scale) terms
     for j in range(4):
@@ -82,7 +83,9 @@ def test_sample_and_log_prob_theta_posterior_match_the_gaussian():
     adj = dag(3, [(0, 1), (2, 1), (0, 2)])
     mean, cov = model.theta_posterior(adj)
     n = 4000
-    theta = model.sample_theta_posterior(adj.expand(n, 3, 3), torch.Generator().manual_seed(0))
+    flat = model.sample_theta_posterior(adj.expand(n, 3, 3), torch.Generator().manual_seed(0))
+    assert flat.shape == (n, 9)
+    theta, mean = flat.view(n, 3, 3), mean.view(3, 3)  # flat index i * d + j: a row-major view
     assert (theta[:, ~adj] == 0).all()
     se = (cov.diagonal(dim1=1, dim2=2).T / n).sqrt()  # [d, d]: standard error of each sample mean
     assert ((theta.mean(0) - mean).abs() <= 5 * se + 1e-15).all()  # 5 SE: < 1e-5 two-sided per entry
@@ -96,14 +99,14 @@ def test_sample_and_log_prob_theta_posterior_match_the_gaussian():
         torch.distributions.MultivariateNormal(mean[adj[:, j], j], cov[j][adj[:, j]][:, adj[:, j]]).log_prob(theta[:, adj[:, j], j])
         for j in (1, 2)
     )
-    assert torch.allclose(model.log_prob_theta_posterior(adj.expand(n, 3, 3), theta), ref, rtol=1e-11, atol=1e-10)
+    assert torch.allclose(model.log_prob_theta_posterior(adj.expand(n, 3, 3), flat), ref, rtol=1e-11, atol=1e-10)
 
 
 def test_minibatch_log_likelihood_is_unbiased_and_exact_on_all_rows():
     model = model_on(d=3, n=40, seed=5, obs_var=0.25)
     gen = torch.Generator().manual_seed(0)
     adj = dag(3, [(0, 1), (1, 2)])[None]
-    theta = torch.randn(1, 3, 3, dtype=torch.float64, generator=gen)
+    theta = torch.randn(1, 9, dtype=torch.float64, generator=gen)
     full = float(model.log_likelihood(adj, theta)[0])
     estimates = torch.stack([model.log_likelihood(adj, theta, rows=torch.randperm(40, generator=gen)[:5])[0] for _ in range(4000)])
     se = float(estimates.std()) / math.sqrt(len(estimates))
@@ -112,7 +115,7 @@ def test_minibatch_log_likelihood_is_unbiased_and_exact_on_all_rows():
     all_rows = model.log_likelihood(adj, theta, rows=torch.randperm(40, generator=gen))
     assert float(all_rows[0]) == pytest.approx(full, rel=1e-13)
     # a leading sample dimension broadcasts against the graphs
-    thetas = torch.randn(2, 1, 3, 3, dtype=torch.float64, generator=gen)
+    thetas = torch.randn(2, 1, 9, dtype=torch.float64, generator=gen)
     both = model.log_likelihood(adj, thetas)
     assert both.shape == (2, 1) and all(float(both[s, 0]) == pytest.approx(float(model.log_likelihood(adj, thetas[s])[0]), rel=1e-14) for s in range(2))
 
@@ -125,8 +128,8 @@ def test_simulate_er_is_seeded_acyclic_and_has_the_noise_variance():
     big = simulate_er(5, 1.0, 20000, 0, obs_std=0.1, seed=9)
     reach = transitive_closure(big.adj)
     assert not (reach & reach.T & ~torch.eye(5, dtype=torch.bool)).any()
-    assert big.adj.any() and ((big.theta != 0) == big.adj).all()
-    resid = big.train - big.train @ big.theta  # the noise E = X (I - Theta)
+    assert big.theta.shape == (25,) and big.adj.any() and ((big.theta != 0) == big.adj.flatten()).all()
+    resid = big.train - big.train @ big.theta.view(5, 5)  # the noise E = X (I - Theta); flat theta is row-major
     # sample variance of 20000 normals has relative SE sqrt(2 / 20000) = 1%: 5 SE
     assert ((resid.var(0) / 0.01 - 1).abs() < 0.05).all()
 
@@ -217,6 +220,7 @@ def test_mean_field_gap_is_the_kl_of_the_best_factorised_gaussian():
     model = model_on(d=4, n=40, obs_std=0.3, seed=1, obs_var=0.09)
     adj = dag(4, [(0, 2), (1, 2), (2, 3), (0, 3), (1, 3)])  # nodes 2 and 3 have correlated parent weights
     mean, cov = model.theta_posterior(adj)
+    mean = mean.view(4, 4)
     expected = 0.0
     for j, parents in ((2, [0, 1]), (3, [0, 1, 2])):
         v = cov[j][parents][:, parents]
@@ -244,6 +248,7 @@ def test_mean_field_log_prob_is_the_normalised_evidence_lower_bound_of_the_best_
     elbo = []
     for adj in dags:
         mean, cov = model.theta_posterior(adj)
+        mean = mean.view(3, 3)
         sd = torch.zeros(3, 3, dtype=torch.float64)
         for j in range(3):
             parents = adj[:, j].nonzero()[:, 0]
@@ -251,7 +256,7 @@ def test_mean_field_log_prob_is_the_normalised_evidence_lower_bound_of_the_best_
                 sd[parents, j] = torch.linalg.inv(cov[j][parents][:, parents]).diagonal().rsqrt()
         theta = mean + sd * torch.randn(n, 3, 3, dtype=torch.float64, generator=gen)
         log_q = torch.distributions.Normal(mean[adj], sd[adj]).log_prob(theta[:, adj]).sum(1)
-        w = model.log_reward(adj.expand(n, 3, 3), theta) - log_q
+        w = model.log_reward(adj.expand(n, 3, 3), theta.flatten(1)) - log_q
         elbo.append((float(w.mean()), float(w.std()) / math.sqrt(n)))
     est, se = torch.tensor(elbo, dtype=torch.float64).unbind(1)
     expected = model.log_joint_graph(dags) - model.mean_field_gap(dags)

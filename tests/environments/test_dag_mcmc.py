@@ -128,7 +128,8 @@ def test_every_move_has_its_inverse_and_the_counts_match():
         g, n = dags[k], int(counts[k])
         theta = torch.randn(4, 4, dtype=torch.float64, generator=gen) * g
         reps = 12 * n
-        prop = propose_structure(g.expand(reps, 4, 4), theta.expand(reps, 4, 4), jump_std=s, generator=gen)
+        prop = propose_structure(g.expand(reps, 4, 4), theta.flatten().expand(reps, 16), jump_std=s, generator=gen)
+        assert prop.theta.shape == (reps, 16)
         assert _acyclic(prop.adj).all()
         assert (prop.n_moves == n).all()
         first = {}
@@ -136,7 +137,7 @@ def test_every_move_has_its_inverse_and_the_counts_match():
             first.setdefault((int(prop.kind[r]), *prop.edge[r].tolist()), r)
         assert len(first) == n
         for (kind, i, j), r in first.items():
-            g2, th2 = prop.adj[r], prop.theta[r]
+            g2, th2 = prop.adj[r], prop.theta[r].view(4, 4)  # flat index i * d + j
             k2 = index[g2.numpy().tobytes()]
             assert int(prop.n_moves_new[r]) == int(counts[k2])
             inv_kind, a, b = {0: (1, i, j), 1: (0, i, j), 2: (2, j, i)}[kind]
@@ -162,7 +163,7 @@ def test_proposal_is_uniform_over_legal_moves():
     n = int(m.sum())
     assert n == 9  # adds 0->2, 0->3, 1->3
     reps = 18000
-    prop = propose_structure(g.expand(reps, 4, 4), torch.zeros(reps, 4, 4, dtype=torch.float64), generator=torch.Generator().manual_seed(1))
+    prop = propose_structure(g.expand(reps, 4, 4), torch.zeros(reps, 16, dtype=torch.float64), generator=torch.Generator().manual_seed(1))
     keys = (prop.kind * 16 + prop.edge[:, 0] * 4 + prop.edge[:, 1]).tolist()
     freq = {k: keys.count(k) for k in set(keys)}
     assert len(freq) == n
@@ -180,9 +181,10 @@ def test_gibbs_draws_have_the_conjugate_posterior_law():
     model = _model(4, 20, seed=3)
     g = torch.zeros(4, 4, dtype=torch.bool)
     g[0, 2] = g[1, 2] = g[1, 3] = True
-    draws = torch.from_numpy(_GibbsDraws(model)(np.broadcast_to(g.numpy(), (20000, 4, 4)).copy(), np.random.default_rng(0)))
-    ref = model.sample_theta_posterior(g.expand(20000, 4, 4), generator=torch.Generator().manual_seed(0))
+    draws = torch.from_numpy(_GibbsDraws(model)(np.broadcast_to(g.numpy(), (20000, 4, 4)).copy(), np.random.default_rng(0)))  # [K, d, d] inside the sampler
+    ref = model.sample_theta_posterior(g.expand(20000, 4, 4), generator=torch.Generator().manual_seed(0)).view(20000, 4, 4)  # flat, row-major
     mean, cov = model.theta_posterior(g)
+    mean = mean.view(4, 4)
     assert not (draws[:, ~g] != 0).any()
     for x in (draws, ref):
         se = cov.diagonal(dim1=1, dim2=2).T.sqrt() / math.sqrt(20000)  # [d, d]: sd of theta_ij is sqrt(cov[j][i, i])
@@ -198,7 +200,8 @@ def test_gibbs_mc3_edge_marginals_match_exact():
     out = gibbs_mc3(model, n_samples=N_SAMPLES, burn_in=BURN_IN, thin=THIN, n_chains=N_CHAINS, seed=0)
     assert out.graphs.shape == (N_CHAINS * N_SAMPLES, 3, 3) and out.graphs.dtype == torch.bool
     assert _acyclic(out.graphs).all()
-    assert torch.equal(out.thetas != 0, out.graphs)  # exact Gibbs draws: nonzero exactly on the edges
+    assert out.thetas.shape == (N_CHAINS * N_SAMPLES, 9)
+    assert torch.equal(out.thetas != 0, out.graphs.flatten(1))  # exact Gibbs draws: nonzero exactly on the edges
     assert 0 < out.acceptance < 1 and out.seconds > 0
     _check_edges(out, exact)
 
@@ -222,13 +225,13 @@ def test_mh_mc3_edge_marginals_and_weights_match_exact():
     post = ExactPosterior(model)
     out = mh_mc3(model, n_samples=N_SAMPLES, burn_in=BURN_IN, thin=THIN, n_chains=N_CHAINS, seed=0)
     assert _acyclic(out.graphs).all()
-    assert not (out.thetas[~out.graphs] != 0).any()  # weights only on edges
+    assert not (out.thetas[~out.graphs.flatten(1)] != 0).any()  # weights only on edges
     _check_edges(out, post.features()["edge"])
     top = post.dags[post.log_prob.argmax()]
     hit = (out.graphs == top).flatten(1).all(1)
     assert abs(float(hit.double().mean()) - float(post.log_prob.exp().max())) < 0.05
     mean, _ = model.theta_posterior(top)
-    assert (out.thetas[hit].mean(0) - mean)[top].abs().max() < 0.1
+    assert (out.thetas[hit].mean(0) - mean)[top.flatten()].abs().max() < 0.1
 
 
 def test_uninformative_data_give_the_uniform_distribution_over_dags():
@@ -246,7 +249,7 @@ def test_uninformative_data_give_the_uniform_distribution_over_dags():
     n_edges = out.graphs.flatten(1).sum(1).view(N_CHAINS, -1).numpy().astype(float)
     se = math.sqrt(n_edges.var() / _batch_means_ess(n_edges))
     assert abs(n_edges.mean() - 2016 / 543) < 4 * se  # E|E| = 12 * 0.3094 = 3.7127
-    active = out.thetas[out.graphs]
+    active = out.thetas[out.graphs.flatten(1)]
     assert abs(float(active.mean())) < 0.1 and abs(float(active.std()) - 1) < 0.1  # the N(0, 1) prior
 
 
@@ -259,7 +262,7 @@ def test_reproducible_per_seed_and_chain_layout():
         assert torch.equal(a.graphs, b.graphs) and torch.equal(a.thetas, b.thetas) and a.acceptance == b.acceptance
         assert not torch.equal(a.thetas, c.thetas)
         assert a.graphs.shape == (150, 3, 3) and a.thetas.dtype == torch.float64
-        chains = a.thetas.view(3, 50, 3, 3)
+        chains = a.thetas.view(3, 50, 9)
         assert not torch.equal(chains[0], chains[1])  # independent chains, chain-major layout
 
 

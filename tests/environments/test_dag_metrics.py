@@ -148,7 +148,7 @@ def test_heldout_metrics_against_a_direct_gaussian_density():
     thetas = torch.randn(2, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * graphs
     x = sim.valid
     ll = torch.stack([torch.distributions.Normal(x @ w, 0.1).log_prob(x).sum() for w in thetas])
-    m = heldout_metrics(heldout, graphs, thetas)
+    m = heldout_metrics(heldout, graphs, thetas.flatten(1))  # flat [K, d * d], row-major
     assert m["heldout_nll"] == pytest.approx(float(-ll.mean()), rel=1e-10)
     assert m["heldout_nll_bma"] == pytest.approx(float(-(torch.logsumexp(ll, 0) - math.log(2))), rel=1e-10)
     assert m["heldout_nll_bma"] <= m["heldout_nll"]

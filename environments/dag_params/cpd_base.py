@@ -1,0 +1,128 @@
+"""What every CPD model of the DAG x Theta space shares: data checks, the two priors, the reward, the mini-batch rows.
+
+A model scores a graph :math:`G` (``adj [..., d, d]``, ``adj[i, j] = 1`` iff :math:`i \\to j`) and a flat parameter vector
+``theta [..., P]`` whose layout it defines (``block_index``); the coordinates of :math:`\\Theta_G` are ``active(adj)``,
+the others are 0 in a state and never read. With :math:`\\sigma_0^2` = ``prior_var``:
+
+.. math:: \\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G),\\qquad
+          \\log P(\\theta | G) = \\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)
+
+(Deleu et al. 2023, sections 3 and 5), a density w.r.t. counting measure on DAGs times Lebesgue measure on the active
+coordinates. :class:`CPDBase` implements the priors, the reward and the checks once; a model subclasses it and writes
+``kind``, ``block``, ``block_index``, ``active`` and ``log_likelihood`` (docs/cpd_models.md).
+"""
+from __future__ import annotations
+
+import abc
+import math
+
+import torch
+from torch import Tensor
+
+from gflownet_measure.gaussian import LOG_2PI
+
+__all__ = ["GRAPH_PRIORS", "CPDBase", "check_variance"]
+
+GRAPH_PRIORS = ("uniform", "erdos_renyi")
+
+
+def check_variance(owner: str, name: str, value: float) -> None:
+    """A one-line ``ValueError`` unless the variance ``value`` is finite and > 0."""
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{owner}: {name} must be finite and > 0; got {value!r}")
+
+
+class CPDBase(abc.ABC):
+    """The shared half of a CPD model (:class:`~.cpds.CPDModel`) on ``data [N, d]``.
+
+    Args:
+        data: ``[N, d]`` observations, finite (kept as float64; a categorical model converts them).
+        prior_var: :math:`\\sigma_0^2`, the variance of each active coordinate of :math:`\\theta`.
+        graph_prior: ``"uniform"`` (:math:`\\log P(G) = 0`) or ``"erdos_renyi"``
+            (:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}`, :math:`p = 2k/(d-1)`, unnormalised as in the JSP code).
+        edges_per_node: ``k`` of the Erdos-Renyi prior.
+    """
+
+    kind: str  # "continuous" or "categorical": the data the model is defined for
+    block: int  # parameters per node; n_params = d * block
+
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0):
+        name = type(self).__name__
+        data = torch.as_tensor(data, dtype=torch.float64)
+        if data.dim() != 2 or data.shape[0] < 1 or data.shape[1] < 1:
+            raise ValueError(f"{name}: data must be [N, d] with N, d >= 1; got shape {tuple(data.shape)}")
+        if not torch.isfinite(data).all():
+            raise ValueError(f"{name}: data has non-finite values")
+        check_variance(name, "prior_var", prior_var)
+        if graph_prior not in GRAPH_PRIORS:
+            raise ValueError(f"{name}: graph_prior must be one of {GRAPH_PRIORS}; got {graph_prior!r}")
+        self.data, self.prior_var, self.graph_prior = data, float(prior_var), graph_prior
+        self.n, self.d = data.shape
+        self.log_edge_odds = 0.0
+        if graph_prior == "erdos_renyi":
+            p = 2 * edges_per_node / (self.d - 1) if self.d > 1 else math.inf
+            if not 0 < p < 1:
+                raise ValueError(f"{name}: the erdos_renyi prior needs 0 < p = 2 k / (d - 1) < 1; got p = {p:.4g} for d = {self.d}, k = {edges_per_node}")
+            self.log_edge_odds = math.log(p) - math.log1p(-p)
+
+    @property
+    def n_params(self) -> int:
+        """:math:`P = d \\cdot` ``block``: the length of a flat ``theta``."""
+        return self.d * self.block
+
+    # ---------------------------------------------------------------- written by each model
+
+    @abc.abstractmethod
+    def block_index(self) -> Tensor:
+        """``[d, block]`` long: the positions in a flat ``theta`` of node ``j``'s parameters (disjoint rows covering ``0..P-1``)."""
+
+    @abc.abstractmethod
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., P]`` bool: the coordinates of :math:`\\Theta_G` for ``adj [..., d, d]``."""
+
+    @abc.abstractmethod
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta)` ``[...]``, or with ``rows [M]`` its mini-batch estimate :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13)."""
+
+    # ---------------------------------------------------------------- shared
+
+    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """:math:`\\log P(\\theta | G) = \\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)` ``[...]`` w.r.t. Lebesgue on the active coordinates, in ``theta``'s dtype."""
+        self._check_theta(theta)
+        active = self.active(adj)
+        theta = torch.where(active, theta, 0.0)  # masked before squaring, so a NaN at an inactive coordinate has no gradient either
+        log_n = -0.5 * theta.square() / self.prior_var - 0.5 * (LOG_2PI + math.log(self.prior_var))
+        return torch.where(active, log_n, 0.0).sum(-1)
+
+    def log_prior_graph(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}` (0 for the uniform prior): ``[...]`` float64."""
+        return adj.to(torch.float64).sum((-1, -2)) * self.log_edge_odds
+
+    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)` ``[...]`` in ``theta``'s dtype."""
+        ll = self.log_likelihood(adj, theta, rows)
+        return ll + self.log_prior_theta(adj, theta) + self.log_prior_graph(adj).to(ll.dtype)
+
+    def _check_adj(self, adj: Tensor) -> None:
+        if adj.shape[-2:] != (self.d, self.d):
+            raise ValueError(f"{type(self).__name__}: adj must be [..., {self.d}, {self.d}]; got shape {tuple(adj.shape)}")
+
+    def _check_theta(self, theta: Tensor) -> None:
+        if theta.shape[-1:] != (self.n_params,):
+            raise ValueError(f"{type(self).__name__}: theta must be flat [..., {self.n_params}]; got shape {tuple(theta.shape)}")
+
+    def _masked(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """``theta`` in float64 with the inactive coordinates set to 0 (``torch.where``: a NaN there never reaches the value or the gradient)."""
+        self._check_theta(theta)
+        return torch.where(self.active(adj), theta.to(torch.float64), 0.0)
+
+    def _rows(self, rows: Tensor | None) -> tuple[Tensor, float]:
+        """``(x [M, data's columns], N / M)``: the data rows ``rows [M]`` long (all ``N`` rows when ``None``) and the factor of the unbiased estimate."""
+        if rows is None:
+            return self.data, 1.0
+        rows = torch.as_tensor(rows)
+        if rows.dim() != 1 or rows.dtype != torch.long:
+            raise ValueError(f"{type(self).__name__}: rows must be a 1-d long tensor of data-row indices; got {rows.dtype} of shape {tuple(rows.shape)}")
+        if not 1 <= len(rows) <= self.n:
+            raise ValueError(f"{type(self).__name__}: a mini-batch needs 1 <= M <= N = {self.n} rows; got M = {len(rows)}")
+        return self.data[rows], self.n / len(rows)

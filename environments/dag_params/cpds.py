@@ -1,0 +1,275 @@
+"""Conditional probability distributions (CPDs) of the Bayesian network behind one interface, with flat parameter vectors.
+
+A terminal state of the DAG x Theta space holds a graph :math:`G` (``adj [d, d]``) and a flat ``theta [P]`` whose
+layout the model defines; the policy's parameter head emits node ``j``'s block from node ``j``'s embedding and
+scatters it to ``block_index()[j]``. Models (docs/cpd_models.md):
+
+- ``"lingauss"``: :class:`~.bayesnet.LinearGaussian`, :math:`x_j = \\sum_i \\theta_{ij} x_i + \\varepsilon_j`
+  (Deleu et al. 2023, section 5.1), :math:`P = d^2`;
+- ``"mlp"``: :class:`MLPGaussian`, :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x_{\\mathrm{Pa}(j)}), \\sigma^2)`
+  (Lorch et al. 2021, section 6; Deleu et al. 2023, section 5.2), :math:`P = d\\,(5d + 11)` with 5 hidden units;
+- ``"categorical-mlp"``: :class:`CategoricalMLP`, :math:`x_j \\sim \\mathrm{Cat}(\\mathrm{softmax}\\,\\mathrm{MLP}_j(\\mathrm{onehot}(x_{\\mathrm{Pa}(j)})))`
+  for discrete data such as Sachs et al. 2005 (Deleu et al. 2023, section 5.3).
+
+The two MLP models share one masked network (:class:`MaskedMLP`): per node :math:`j`, with :math:`e(x) \\in \\mathbb R^{dF}`
+the encoded values of all :math:`d` variables (:math:`F` features each) and :math:`m_j` the 0/1 mask of the columns of
+:math:`j`'s parents,
+
+.. math:: \\mathrm{MLP}_j(x) = W_2^{(j)} \\mathrm{ReLU}\\big((W_1^{(j)} \\odot m_j) e(x) + b_1^{(j)}\\big) + b_2^{(j)},
+
+node ``j``'s block laid out ``[W1 (H x dF, row-major) | b1 (H) | W2 (O x H, row-major) | b2 (O)]``, the columns of
+``W1`` in the order ``i * F + f``. The masked columns are the inactive coordinates; ``b1``, ``W2``, ``b2`` are always
+active (as the ``mlp_gauss`` model of the public JSP-GFN code).
+"""
+from __future__ import annotations
+
+import abc
+import inspect
+import math
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gflownet_measure.gaussian import LOG_2PI
+
+from .bayesnet import LinearGaussian, SimulatedData, check_simulation, random_er_dag
+from .cpd_base import CPDBase, check_variance
+
+__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "CPD_MODELS", "make_model", "simulate_mlp"]
+
+
+@runtime_checkable
+class CPDModel(Protocol):
+    """What the DAG x Theta space, its policy and its baselines need of a model (every model subclasses :class:`~.cpd_base.CPDBase`).
+
+    Shapes: ``adj [..., d, d]`` bool (``adj[i, j]`` iff :math:`i \\to j`), ``theta [..., P]`` flat, broadcasting against
+    each other (``[S, B, P]`` against ``[B, d, d]``); results ``[...]``, in ``theta``'s dtype, differentiable in ``theta``
+    and independent of its inactive coordinates (NaN included).
+    """
+
+    d: int  # variables
+    n: int  # data rows N
+    data: Tensor  # [N, d]: float64 (continuous) or long (categorical)
+    block: int  # parameters per node
+    kind: str  # "continuous" or "categorical"
+
+    @property
+    def n_params(self) -> int:
+        """:math:`P = d \\cdot` ``block``."""
+
+    def block_index(self) -> Tensor:
+        """``[d, block]`` long: positions of node ``j``'s parameters in the flat ``theta``."""
+
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., P]`` bool: the coordinates of :math:`\\Theta_G`."""
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta)`; with ``rows [M]`` the unbiased :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13)."""
+
+    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """:math:`\\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)` w.r.t. Lebesgue on the active coordinates."""
+
+    def log_prior_graph(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(G)` (uniform or Erdos-Renyi)."""
+
+    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`."""
+
+
+# ---------------------------------------------------------------- the masked MLP shared by the two MLP models
+
+
+def _check_hidden(owner: str, hidden: int) -> None:
+    if int(hidden) != hidden or hidden < 1:
+        raise ValueError(f"{owner}: hidden must be an integer >= 1; got {hidden!r}")
+
+
+def mlp_active(adj: Tensor, hidden: int, features: int, outputs: int) -> Tensor:
+    """``[..., d * block]`` bool: ``W1[h, i * F + f]`` of node ``j`` is active iff :math:`A_{ij} = 1`; ``b1``, ``W2``, ``b2`` always."""
+    d = adj.shape[-1]
+    parents = adj.bool().transpose(-1, -2)  # [..., j, i]
+    w1 = parents[..., :, None, :, None].expand(*parents.shape[:-1], hidden, d, features).flatten(-3)  # [..., d, H * d * F]
+    rest = torch.ones((), dtype=torch.bool, device=adj.device).expand(*parents.shape[:-1], hidden + outputs * hidden + outputs)
+    return torch.cat([w1, rest], -1).flatten(-2)
+
+
+def mlp_outputs(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> Tensor:
+    """:math:`\\mathrm{MLP}_j(x_m)` ``[..., M, d, O]`` from the (already masked) blocks ``[..., d, block]`` and ``inputs [M, dF]``.
+
+    Two einsums; the hidden layer ``[..., M, d, H]`` is the largest intermediate.
+    """
+    n_in = inputs.shape[-1]
+    w1, b1, w2, b2 = blocks.split([hidden * n_in, hidden, outputs * hidden, outputs], -1)
+    pre = torch.einsum("...jhf,mf->...mjh", w1.unflatten(-1, (hidden, n_in)), inputs) + b1[..., None, :, :]
+    return torch.einsum("...mjh,...joh->...mjo", pre.relu(), w2.unflatten(-1, (outputs, hidden))) + b2[..., None, :, :]
+
+
+class MaskedMLP(CPDBase):
+    """A :class:`~.cpd_base.CPDBase` whose node ``j`` is the masked MLP of the module docstring; a subclass sets the layout
+    with :meth:`_layout`, encodes the data (:meth:`encode`) and scores the outputs."""
+
+    hidden: int  # H
+    features: int  # F: inputs per variable
+    outputs: int  # O
+
+    def _layout(self, hidden: int, features: int, outputs: int) -> None:
+        _check_hidden(type(self).__name__, hidden)
+        self.hidden, self.features, self.outputs = int(hidden), features, outputs
+        self.block = self.hidden * self.d * features + self.hidden + outputs * self.hidden + outputs
+
+    def block_index(self) -> Tensor:
+        """``[d, block]`` long: node ``j``'s block is the contiguous ``j * block .. (j + 1) * block - 1``."""
+        return torch.arange(self.n_params).view(self.d, self.block)
+
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., P]`` bool: the first-layer columns of parents, and every bias and second-layer weight."""
+        self._check_adj(adj)
+        return mlp_active(adj, self.hidden, self.features, self.outputs)
+
+    @abc.abstractmethod
+    def encode(self, x: Tensor) -> Tensor:
+        """``[M, d * F]`` float64 network inputs of the data rows ``x [M, d]``."""
+
+    def _outputs(self, adj: Tensor, theta: Tensor, x: Tensor) -> Tensor:
+        """``[..., M, d, O]``: every node's network on the rows ``x [M, d]``, inactive coordinates read as 0."""
+        blocks = self._masked(adj, theta).unflatten(-1, (self.d, self.block))
+        return mlp_outputs(blocks, self.encode(x), self.hidden, self.outputs)
+
+
+class MLPGaussian(MaskedMLP):
+    """Nonlinear Gaussian CPDs (Lorch et al. 2021, section 6; Deleu et al. 2023, section 5.2): :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x), \\sigma^2)`.
+
+    ``MLP_j`` reads the raw values of all variables (:math:`F = 1`), the first-layer columns of non-parents masked,
+    ``hidden`` ReLU units and one linear output; block ``[W1 (H x d) | b1 (H) | W2 (H) | b2 (1)]``, :math:`(d + 2) H + 1`
+    per node (:math:`5d + 11` with 5 units: :math:`P = 2{,}220` at :math:`d = 20`).
+
+    Args:
+        data: ``[N, d]`` observations.
+        obs_var: :math:`\\sigma^2`, fixed (0.01: noise std 0.1).
+        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+    """
+
+    kind = "continuous"
+
+    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 5):
+        check_variance("MLPGaussian", "obs_var", obs_var)
+        super().__init__(data, prior_var, graph_prior, edges_per_node)
+        self.obs_var = float(obs_var)
+        self._layout(hidden, 1, 1)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The raw values: ``[M, d]``."""
+        return x
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log \\mathcal N(x_{nj}; \\mathrm{MLP}_j(x_n), \\sigma^2)` ``[...]`` in ``theta``'s dtype (float64 inside).
+
+        ``theta [..., P]`` broadcasts with ``adj [..., d, d]``; with ``rows [M]`` the unbiased
+        :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13). Memory: the hidden layer is
+        ``S * B * M * d * H`` doubles for ``theta [S, B, P]`` (80 MB at ``S = B = 32``, ``M = 100``, ``d = 20``, ``H = 5``),
+        and the same again for its gradient.
+        """
+        x, scale = self._rows(rows)  # [M, d]
+        mean = self._outputs(adj, theta, x)[..., 0]  # [..., M, d]
+        ll = -0.5 * (x - mean).square().sum((-1, -2)) / self.obs_var - 0.5 * x.numel() * (LOG_2PI + math.log(self.obs_var))
+        return (ll * scale).to(theta.dtype)
+
+
+class CategoricalMLP(MaskedMLP):
+    """Categorical CPDs for discrete data (Deleu et al. 2023, section 5.3): :math:`x_j \\sim \\mathrm{Cat}(\\mathrm{softmax}\\,\\mathrm{MLP}_j(\\mathrm{onehot}(x)))`.
+
+    Data are states :math:`x_{nj} \\in \\{0, \\dots, K - 1\\}`; ``MLP_j`` reads the one-hot codes of all variables
+    (:math:`F = K`, column ``i * K + s`` is :math:`[x_i = s]`), the columns of non-parents masked, ``hidden`` ReLU units
+    and :math:`K` logits; block ``[W1 (H x dK) | b1 (H) | W2 (K x H) | b2 (K)]``:
+    :math:`P = d\\,(dKH + H + KH + K)` (6,545 at :math:`d = 11`, :math:`K = 3`, :math:`H = 16`).
+
+    Args:
+        data: ``[N, d]`` integer states (any dtype holding whole numbers >= 0); kept as long.
+        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+        n_states: :math:`K`; ``None``: the largest state + 1, at least 2.
+    """
+
+    kind = "categorical"
+
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, n_states: int | None = None):
+        super().__init__(data, prior_var, graph_prior, edges_per_node)
+        bad = (self.data != self.data.round()) | (self.data < 0)
+        if bad.any():
+            n, j = bad.nonzero()[0].tolist()
+            raise ValueError(f"CategoricalMLP: data must be integer states 0, 1, ..., K - 1; got {float(self.data[n, j])!r} at row {n}, column {j} (use a continuous model for real-valued data)")
+        largest = int(self.data.max())
+        if n_states is None:
+            n_states = max(2, largest + 1)
+        elif int(n_states) != n_states or n_states < 2 or n_states <= largest:
+            raise ValueError(f"CategoricalMLP: n_states must be an integer >= 2 above the largest state {largest}; got {n_states!r}")
+        self.data, self.n_states = self.data.long(), int(n_states)
+        self._layout(hidden, self.n_states, self.n_states)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The one-hot codes: ``[M, d * K]`` float64."""
+        return F.one_hot(x, self.n_states).flatten(-2).to(torch.float64)
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log \\mathrm{softmax}(\\mathrm{MLP}_j(x_n))_{x_{nj}}` ``[...]``, w.r.t. counting measure on the states, in ``theta``'s dtype.
+
+        Broadcasting and ``rows`` as :meth:`MLPGaussian.log_likelihood`; memory ``S * B * M * d * max(H, K)`` doubles.
+        """
+        x, scale = self._rows(rows)  # [M, d] long
+        log_p = self._outputs(adj, theta, x).log_softmax(-1)  # [..., M, d, K]
+        observed = log_p.gather(-1, x[..., None].expand(*log_p.shape[:-1], 1))[..., 0]  # [..., M, d]
+        return (observed.sum((-1, -2)) * scale).to(theta.dtype)
+
+
+# ---------------------------------------------------------------- registry
+
+
+CPD_MODELS: dict[str, type[CPDBase]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP}
+_SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node")  # of make_model, not a model's own options
+
+
+def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, **kw) -> CPDBase:
+    """The model ``CPD_MODELS[name]`` on ``data [N, d]``; ``kw`` are that model's own options (``hidden``, ``n_states``).
+
+    ``obs_var`` goes to the continuous models only (a categorical CPD has no noise variance). One-line ``ValueError``
+    for an unknown name (listing the valid ones), an option the model does not take, or data it cannot model.
+    """
+    if name not in CPD_MODELS:
+        raise ValueError(f"make_model: unknown CPD model {name!r}; choose one of {tuple(CPD_MODELS)}")
+    cls = CPD_MODELS[name]
+    own = tuple(p for p in inspect.signature(cls).parameters if p not in _SHARED_ARGUMENTS)
+    unknown = sorted(set(kw) - set(own))
+    if unknown:
+        raise ValueError(f"make_model: {name!r} takes no option {unknown}; its options: {own}")
+    noise = {"obs_var": obs_var} if cls.kind == "continuous" else {}
+    return cls(data, prior_var=prior_var, graph_prior=graph_prior, edges_per_node=edges_per_node, **noise, **kw)
+
+
+# ---------------------------------------------------------------- simulated nonlinear data
+
+
+def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0, hidden: int = 5) -> SimulatedData:
+    """:math:`G \\sim \\mathrm{ER}(p)` (:func:`~.bayesnet.random_er_dag`, as :func:`~.bayesnet.simulate_er`), the parameters of
+    :class:`MLPGaussian` :math:`\\sim \\mathcal N(0, 1)` on :math:`\\Theta_G` (0 elsewhere), and ancestral sampling
+    :math:`x_j = \\mathrm{MLP}_j(x) + \\varepsilon_j`, :math:`\\varepsilon_j \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, in a
+    topological order (Lorch et al. 2021, section 6).
+
+    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 1)]`` in :class:`MLPGaussian`'s layout.
+    Deterministic given ``seed`` (numpy ``Generator``).
+    """
+    check_simulation("simulate_mlp", d, edges_per_node, n_train, n_valid, obs_std)
+    _check_hidden("simulate_mlp", hidden)
+    rng = np.random.default_rng(seed)
+    adj, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj)
+    block = (d + 2) * hidden + 1
+    theta = torch.where(mlp_active(adj, hidden, 1, 1), torch.from_numpy(rng.normal(size=d * block)), 0.0)
+    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64)
+    for j in order.tolist():  # the parents of j are filled in; the other columns are masked
+        x[:, j] = mlp_outputs(theta.view(d, block), x, hidden, 1)[:, j, 0] + noise[:, j]
+    return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])

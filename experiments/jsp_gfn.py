@@ -22,21 +22,23 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from environments import dag_params as env
-from environments.dag_params.evaluation import graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics
+from environments.dag_params.evaluation import fit_metrics, graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics, sample_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
-from environments.dag_params.metrics import expected_shd, feature_metrics
-from environments.dag_params.objective import UNDIRECTED_SUBTB, ParallelEnvs, Transitions
-from environments.dag_params.space import join, split
+from environments.dag_params.metrics import feature_metrics
+from environments.dag_params.dags import MAX_ENUMERATE
+from environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
+from environments.dag_params.states import join, split
 from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import Trainer, make_optimizer
+from gflownet_measure.walkers import Walkers
 
 from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
 from .memory import require_memory
-from .plots import copy_figure, optional_figure, plot_history, plot_per_dataset, plot_scatter_panels
+from .plots import copy_figure, optional_figure, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
 
@@ -56,6 +58,9 @@ SETTINGS = {
     "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
     "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
     "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
+    "exact": Setting("auto", "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)", choices=("auto", "on", "off")),
+    "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
+    "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
     "baseline": Setting("none", "structure MCMC on the same data: gibbs (Gibbs-MC3), mh (MH-MC3, joint theta moves) or none", choices=("none", *BASELINES)),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
     "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
@@ -89,6 +94,11 @@ def exploration(cfg: dict, step: int) -> float:
     return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
 
 
+def _exact(cfg: dict, d: int) -> bool:
+    """Whether a run scores against the exact posterior: ``exact=on``, or ``auto`` with ``d <= 5`` (setting ``exact``)."""
+    return cfg["exact"] == "on" or (cfg["exact"] == "auto" and d <= MAX_ENUMERATE)
+
+
 def _problem(space: env.DagParamsConfig) -> env.Problem:
     """The data and model ``space`` names; data that cannot be read or modelled is a :class:`ConfigError`."""
     try:
@@ -104,25 +114,29 @@ def _log_reward(model, cfg: dict):
     return lambda adj, theta: model.log_reward(adj, theta.double(), rows)
 
 
-def posterior_samples(graph, pf, n: int, chunk: int = 1000) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` pure-policy rollouts of the core: ``(graphs [n, d, d] bool, thetas [n, d, d])``."""
+def posterior_samples(graph, pf, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` pure-policy rollouts of the core: ``(graphs [n, d, d] bool, thetas [n, P])``, in chunks whose kernel atoms
+    (``d^2`` states of ``D`` numbers per state) stay near 2^25 numbers."""
+    d, D = graph.kappa.d, graph.state_dim
+    chunk = max(1, min(1000, 2**25 // (d * d * D)))
     gs, ts = [], []
     for k in range(0, n, chunk):
-        adj, theta, _ = split(sample_forward(graph, pf, min(chunk, n - k)).terminal, graph.kappa.d)
+        adj, theta, _ = split(sample_forward(graph, pf, min(chunk, n - k)).terminal, d)
         gs.append(adj)
         ts.append(theta)
     return torch.cat(gs), torch.cat(ts)
 
 
-def _baseline(cfg: dict, problem, exact: ExactPosterior, seed: int) -> dict:
-    """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data."""
+def _baseline(cfg: dict, problem, exact: ExactPosterior | None, seed: int) -> dict:
+    """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data: against the exact posterior where it
+    is used, and always the sample metrics (held-out NLL, E-SHD, AUROC) of :func:`sample_metrics`."""
     per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
     thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
     r = BASELINES[cfg["baseline"]](problem.model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
-    m = feature_metrics(r.graphs, exact.features())
-    m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
-    if problem.true_adj is not None:
-        m["expected_shd"] = expected_shd(r.graphs, problem.true_adj)
+    m = sample_metrics(problem, r.graphs, r.thetas)
+    if exact is not None:
+        m |= feature_metrics(r.graphs, exact.features())
+        m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
     return {f"mcmc_{k}": v for k, v in m.items()} | {"mcmc_acceptance": r.acceptance, "mcmc_seconds": r.seconds}
 
 
@@ -132,20 +146,24 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
     gfn, hyper = GFlowNet(pf, pb), UNDIRECTED_SUBTB.options(cfg)  # the objective's view of the policies; state holds what is trained
-    model, d = problem.model, graph.kappa.d
-    replay = TransitionBuffer(cfg["replay_capacity"], graph.state_dim)
-    envs = ParallelEnvs(cfg["num_envs"], d, cfg["max_parents"] or None)
-    state = nn.ModuleDict({"pf": pf, "replay": replay, "envs": envs})  # the checkpoint restores the replay buffer and the graphs being built too
+    model, d, P = problem.model, graph.kappa.d, problem.model.n_params
+    replay = TransitionBuffer(cfg["replay_capacity"], d * d)  # edge transitions: the graphs alone (theta is 0 at (G, #))
+    walkers = Walkers(graph, cfg["num_envs"])
+    state = nn.ModuleDict({"pf": pf, "replay": replay, "walkers": walkers})  # the checkpoint restores the replay buffer and the graphs being built too
     ema = None
     if cfg["ema"] > 0:  # Polyak averaging of the weights: steadier than the last iterate of a noisy optimiser
         ema = state["ema"] = AveragedModel(pf, multi_avg_fn=get_ema_multi_avg_fn(cfg["ema"]))
     sampler = pf if ema is None else ema.module
     optimizer = make_optimizer(pf, cfg["lr"], lr_logZ=cfg["lr"])  # the policy has no log Z: one group at lr
-    exact = ExactPosterior(model, cfg["max_parents"] or None)  # the posterior over the DAGs the kernel reaches
+    exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
 
     def collect(epsilon: float) -> None:
-        before, after = envs.step(pf, epsilon)
-        replay.add(join(before), join(after))
+        """One move of every walker (Algorithm 1's environments); the moves between intermediate states enter the replay."""
+        s, x, sink = walkers.step(pf, epsilon)
+        adj, _, _ = split(s, d)
+        adj_next, _, stopped = split(x, d)
+        edge = ~sink & ~stopped
+        replay.add(adj[edge].flatten(1), adj_next[edge].flatten(1))
 
     if not resume:
         for _ in range(cfg["prefill"]):
@@ -155,12 +173,17 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         if ema is not None:
             ema.update_parameters(pf)  # the weights after the previous update
         collect(exploration(cfg, step))
-        s, s_next = replay.sample(cfg["batch_size"])
+        adj, adj_next = replay.sample(cfg["batch_size"])
+        s, s_next = join(adj.view(-1, d, d), P), join(adj_next.view(-1, d, d), P)
         return UNDIRECTED_SUBTB(gfn, Transitions(s, s_next, _log_reward(model, cfg), model.n), **hyper)
 
     def scores(policy, prefix: str = "") -> dict:
-        m = graph_metrics(policy, exact)[0]
-        return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+        if exact is not None:
+            m = graph_metrics(policy, exact)[0]
+            return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+        with torch.no_grad():
+            graphs, thetas = posterior_samples(graph, policy, cfg["eval_samples"])
+        return {prefix + k: v for k, v in sample_metrics(problem, graphs, thetas).items()}
 
     def evaluate() -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
@@ -169,27 +192,50 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = trainer.run(resume)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
-        metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
     np.savez(out / "samples.npz", graphs=graphs.numpy().astype(np.uint8), thetas=thetas.numpy())
-    plot_history(history, "edge_rmse", out / "edge_rmse.png", f"edge-marginal RMSE to the exact posterior (d = {d})")
-    plot_scatter_panels(
-        [
-            ("edge marginals", arrays["edge_exact"][~np.eye(d, dtype=bool)], arrays["edge_model"][~np.eye(d, dtype=bool)], "exact P(i -> j | D)", "learned P_T(i -> j)", True),
-            ("terminal states", arrays["log_r"] - exact.log_normaliser(), arrays["log_pt"], "log R(G, theta) - log Z", "log P_T(G, theta)", False),
-        ],
-        out / "posterior.png",
-        f"JSP-GFN, d = {d}, N = {model.n}, {cfg['model']}",
-    )
+    with torch.no_grad():
+        if exact is not None:
+            metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
+        else:
+            n_fit = min(cfg["fit_samples"], len(graphs))
+            metrics = sample_metrics(problem, graphs, thetas)
+            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0))
+            metrics |= fit
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
-    metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser(), "seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d}
-    if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
-        exact_draws = exact.sample(cfg["posterior_samples"], torch.Generator().manual_seed(int(torch.initial_seed())))
-        metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
+    metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": P}
+    if exact is not None:
+        metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
+        if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
+            exact_draws = exact.sample(cfg["posterior_samples"], torch.Generator().manual_seed(int(torch.initial_seed())))
+            metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
     if cfg["baseline"] != "none":
         metrics |= _baseline(cfg, problem, exact, int(torch.initial_seed()))
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
     # Markov blankets: such keys are left out, as metrics.json holds finite numbers only
-    return {k: v for k, v in metrics.items() if math.isfinite(v)}
+    metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+    _figures(cfg, history, exact, arrays, out, d, model.n)
+    return metrics
+
+
+def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: int, n: int) -> None:
+    """``edge_rmse.png`` (or ``heldout_nll.png``) over training, and ``posterior.png``: the learned marginals against the exact
+    ones and log P_T against log R (or, beyond the exact posterior, log P_T against log R coloured by edge count)."""
+    title = f"JSP-GFN, d = {d}, N = {n}, {cfg['model']}"
+    if exact is not None:
+        plot_history(history, "edge_rmse", out / "edge_rmse.png", f"edge-marginal RMSE to the exact posterior (d = {d})")
+        off = ~np.eye(d, dtype=bool)
+        plot_scatter_panels(
+            [
+                ("edge marginals", arrays["edge_exact"][off], arrays["edge_model"][off], "exact P(i -> j | D)", "learned P_T(i -> j)", True),
+                ("terminal states", arrays["log_r"] - exact.log_normaliser(), arrays["log_pt"], "log R(G, theta) - log Z", "log P_T(G, theta)", False),
+            ],
+            out / "posterior.png",
+            title,
+        )
+        return
+    if any("heldout_nll" in h for h in history):
+        plot_history(history, "heldout_nll", out / "heldout_nll.png", f"expected held-out NLL of posterior samples (d = {d})", log_y=False)
+    plot_fit(arrays, out / "posterior.png", title)
 
 
 def validate(cfg: dict, d: int | None = None) -> None:
@@ -197,6 +243,8 @@ def validate(cfg: dict, d: int | None = None) -> None:
     about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
     64 to 256: 29.5 bytes per pair)."""
     d = d or (_problem(build(env.DagParamsConfig, cfg)).model.d if cfg["data"] else cfg["d"])
+    if cfg["exact"] == "on" and d > MAX_ENUMERATE:
+        raise ConfigError(f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)")
     if cfg["batch_size"] > cfg["replay_capacity"]:
         raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
     if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:

@@ -162,6 +162,25 @@ def plot_scatter_panels(panels: list[tuple[str, np.ndarray, np.ndarray, str, str
 
 
 @optional_figure
+def plot_fit(arrays: dict, path: Path, title: str) -> None:
+    """``log P_T`` against ``log R`` of posterior samples, coloured by edge count, with the least-squares line (Deleu et
+    al. 2023, Fig. 3c): ``arrays`` holds ``log_pt``, ``log_r`` and ``n_edges``."""
+    x, y, k = (np.asarray(arrays[key]) for key in ("log_r", "log_pt", "n_edges"))
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    points = ax.scatter(x, y, c=k, s=8, alpha=0.7, cmap="viridis")
+    fig.colorbar(points, ax=ax, label="edges |E(G)|")
+    if len(x) > 1 and x.std() > 0:
+        slope, intercept = np.polyfit(x, y, 1)
+        xs = np.array([x.min(), x.max()])
+        ax.plot(xs, intercept + slope * xs, color="black", lw=1, label=f"least squares, slope {slope:.3f}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("log R(G, theta)")
+    ax.set_ylabel("log P_T(G, theta) (beam search + IS)")
+    ax.grid(alpha=0.3)
+    _finish(fig, path, title)
+
+
+@optional_figure
 def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tuple[float, float]]]], path: Path, title: str) -> None:
     """Side-by-side panels of one value per dataset ``(title, {series: values [n]}, {reference: (mean, spread)})``.
 

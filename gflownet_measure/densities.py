@@ -13,17 +13,19 @@ w.r.t. :math:`\\kappa_b`.
 from __future__ import annotations
 
 import functools
+import math
 from abc import abstractmethod
 from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Distribution, Independent, Normal, Uniform
+from torch.distributions import Distribution, Independent, Normal
 
+from .gaussian import LOG_2PI
 from .kernels import Kernel
-from .measures import Measure, SupportPoint
+from .measures import Box, Measure, SupportPoint
 
-__all__ = ["CoordinateFamily", "KernelDensity", "Policy", "UniformPolicy", "gumbel_max", "uniform_density"]
+__all__ = ["CoordinateFamily", "KernelDensity", "Policy", "UniformPolicy", "ReferenceCoordinates", "gumbel_max", "uniform_density"]
 
 
 CoordinateFamily = Callable[[Tensor], Distribution]
@@ -170,24 +172,59 @@ def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Dist
     return Independent(widened, q.reinterpreted_batch_ndims) if isinstance(q, Independent) else widened
 
 
-def _uniform_rows(low: Tensor, high: Tensor, rows: Tensor) -> Distribution:
-    n = int(rows.sum())
-    return Independent(Uniform(low.expand(n, -1), high.expand(n, -1), validate_args=False), 1)
+class ReferenceCoordinates(Distribution):
+    """The reference proposal on a chart's box ``U``, for ``n`` rows: independent coordinates, uniform on a bounded one and
+    :math:`\\mathcal N(0, \\text{proposal\\_scale}^2)` on the real line (``Box.proposal_scale``), restricted to each row's
+    active coordinates ``active [n, k]`` (:meth:`~gflownet_measure.transforms.Chart.active`; ``None``: all):
+
+    .. math:: q(u) = \\prod_{i \\in A,\\, U_i = [l_i, h_i]} \\frac{1}{h_i - l_i} \\prod_{i \\in A,\\, U_i = \\mathbb R} \\mathcal N(u_i; 0, c^2)
+
+    w.r.t. Lebesgue measure on the active coordinates; samples are 0 off them.
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = False
+
+    def __init__(self, box: Box, n: int, dtype, active: Tensor | None = None):
+        self.low, self.high = torch.as_tensor(box.low, dtype=dtype), torch.as_tensor(box.high, dtype=dtype)
+        self.bounded = torch.isfinite(self.low) & torch.isfinite(self.high)
+        if not bool((self.bounded | (torch.isinf(self.low) & torch.isinf(self.high))).all()):
+            raise ValueError(f"a reference proposal needs each coordinate bounded or the whole real line, got {box.low}, {box.high}")
+        self.scale, self.active, self.n = box.proposal_scale, active, n
+        super().__init__(batch_shape=torch.Size([n]), event_shape=torch.Size([box.dim]), validate_args=False)
+
+    def sample(self, sample_shape=torch.Size()) -> Tensor:
+        shape = self._extended_shape(sample_shape)
+        low, high = self.low.expand(shape), self.high.expand(shape)
+        u = torch.where(self.bounded, low, 0.0) + torch.rand(shape, dtype=self.low.dtype) * torch.where(self.bounded, high - low, 0.0)
+        if not bool(self.bounded.all()):
+            u = torch.where(self.bounded, u, self.scale * torch.randn(shape, dtype=self.low.dtype))
+        return u if self.active is None else u * self.active
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        lb, ub = self.low.le(value).type_as(self.low), self.high.gt(value).type_as(self.low)
+        lp = torch.log(lb.mul(ub)) - torch.log(self.high - self.low)  # as torch's Uniform
+        if not bool(self.bounded.all()):
+            z = value / self.scale
+            lp = torch.where(self.bounded, lp, -0.5 * z.square() - math.log(self.scale) - 0.5 * LOG_2PI)
+        return (lp if self.active is None else torch.where(self.active, lp, torch.zeros_like(lp))).sum(-1)
+
+
+def _reference_rows(box: Box, active: Tensor | None, dtype, rows: Tensor) -> Distribution:
+    return ReferenceCoordinates(box, int(rows.sum()), dtype, None if active is None else active[rows])
 
 
 def uniform_density(measure: Measure) -> KernelDensity:
-    """Equal probability for each present component, uniform coordinates on each chart's box.
+    """Equal probability for each present component, the reference proposal of each chart's box on its coordinates.
 
-    .. math:: \\pi_k = 1/|\\text{components}|, \\quad q_c(u) = 1/\\lambda(U_c)
+    .. math:: \\pi_k = 1/|\\text{components}|, \\quad q_c = \\text{:class:`ReferenceCoordinates`}: \\; 1/\\lambda(U_c) \\text{ on a bounded box}
 
-    An exact density (it integrates to one against the kernel); uniform w.r.t. the reference
-    measure itself when atoms have unit mass and charts have constant Jacobian.
+    An exact density (it integrates to one against the kernel); uniform w.r.t. the reference measure itself when atoms
+    have unit mass, charts have constant Jacobian and boxes are bounded. On an unbounded box (the parameters of a
+    DAG, Deleu et al. 2023) the coordinates are Gaussian with the box's ``proposal_scale``: the exploration density of
+    :meth:`KernelDensity.draw` there.
     """
-    coords = []
-    for p in measure.pieces:
-        if not p.chart.domain.bounded:
-            raise ValueError("a uniform policy needs bounded chart domains")
-        coords.append(functools.partial(_uniform_rows, torch.as_tensor(p.chart.domain.low, dtype=p.context.dtype), torch.as_tensor(p.chart.domain.high, dtype=p.context.dtype)))
+    coords = [functools.partial(_reference_rows, p.chart.domain, p.chart.active(p.context), p.context.dtype) for p in measure.pieces]
     logits = torch.zeros(measure.batch, measure.n_components, dtype=measure.atoms.log_mass.dtype)
     return KernelDensity(measure, logits, coords)
 

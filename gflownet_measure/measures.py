@@ -102,18 +102,69 @@ class Box:
             return u, lw
         if method != "mc":
             raise ValueError(f"unknown integration method {method!r}; valid: 'mc', 'quadrature'")
-        cols, lw = [], torch.zeros(n, dtype=dtype)
+        cols, col_lws = self._mc_columns(n, dtype, generator)
+        lw = torch.zeros(n, dtype=dtype)
+        for c in col_lws:
+            lw = lw + c
+        return torch.stack(cols, -1), lw - math.log(n)
+
+    def _mc_columns(self, n: int, dtype, generator) -> tuple[list[Tensor], list[Tensor]]:
+        """``n`` Monte Carlo draws per coordinate and their log-weights :math:`-\\log q_i(u_i)`: uniform on a bounded
+        coordinate, :math:`\\mathcal N(0, \\text{proposal\\_scale}^2)` on the real line."""
+        cols, lws = [], []
         for lo, hi in zip(self.low, self.high):
             if math.isfinite(lo) and math.isfinite(hi):
                 cols.append(lo + (hi - lo) * torch.rand(n, dtype=dtype, generator=generator))
-                lw = lw + math.log(hi - lo)
+                lws.append(torch.full((n,), math.log(hi - lo), dtype=dtype))
             elif not math.isfinite(lo) and not math.isfinite(hi):
                 z = torch.randn(n, dtype=dtype, generator=generator) * self.proposal_scale
                 cols.append(z)
-                lw = lw + 0.5 * (z / self.proposal_scale) ** 2 + math.log(self.proposal_scale) + 0.5 * LOG_2PI
+                lws.append(0.5 * (z / self.proposal_scale) ** 2 + math.log(self.proposal_scale) + 0.5 * LOG_2PI)
             else:
                 raise ValueError("Monte Carlo on a half-infinite coordinate is not supported")
-        return torch.stack(cols, -1), lw - math.log(n)
+        return cols, lws
+
+    def masked_points(self, n: int, method: str, active: Tensor, dtype=torch.float64, generator=None, coarse: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`weighted_points` for ``B`` measures that integrate over their own active coordinates ``active [B, k]`` only
+        (a chart with :meth:`~gflownet_measure.transforms.Chart.active`): nodes ``u [B, M, k]`` (0 on inactive coordinates),
+        log-weights ``[B, M]`` and ``valid [B, M]`` (padding where a measure has fewer nodes than ``M``), with
+
+        .. math:: \\sum_m w_{bm} f(u_{bm}) \\approx \\int f(u)\\, du_{A_b}, \\qquad A_b = \\{i : \\text{active}_{bi}\\}.
+
+        ``"mc"``: ``n`` independent draws per measure, the inactive coordinates' proposal weights left out. ``"quadrature"``:
+        the tensor rule of :meth:`weighted_points` on the sub-box of each distinct active set (one node of weight 1 for an
+        empty set: Lebesgue measure on :math:`\\mathbb R^0` is a unit atom).
+        """
+        B, k = active.shape
+        if method == "mc":
+            cols, col_lws = self._mc_columns(n * B, dtype, generator)
+            on = active.reshape(B, 1, k).expand(B, n, k).reshape(B * n, k)
+            u = torch.stack(cols, -1) * on if cols else torch.zeros(B * n, 0, dtype=dtype)
+            lw = torch.zeros(B * n, dtype=dtype)
+            for i, c in enumerate(col_lws):
+                lw = lw + torch.where(on[:, i], c, torch.zeros_like(c))
+            return u.reshape(B, n, k), lw.reshape(B, n) - math.log(n), torch.ones(B, n, dtype=torch.bool)
+        if method != "quadrature":
+            raise ValueError(f"unknown integration method {method!r}; valid: 'mc', 'quadrature'")
+        patterns, which = torch.unique(active, dim=0, return_inverse=True)
+        rules = []
+        for pattern in patterns:
+            idx = pattern.nonzero()[:, 0].tolist()
+            if not idx:
+                rules.append((torch.zeros(1, k, dtype=dtype), torch.zeros(1, dtype=dtype)))
+                continue
+            sub = Box(tuple(self.low[i] for i in idx), tuple(self.high[i] for i in idx), self.proposal_scale)
+            v, lw = sub.weighted_points(n, "quadrature", dtype, coarse=coarse)
+            u = torch.zeros(len(v), k, dtype=dtype)
+            u[:, idx] = v
+            rules.append((u, lw))
+        M = max(len(lw) for _, lw in rules)
+        u = torch.zeros(len(rules), M, k, dtype=dtype)
+        lw = torch.zeros(len(rules), M, dtype=dtype)
+        valid = torch.zeros(len(rules), M, dtype=torch.bool)
+        for r, (ur, lwr) in enumerate(rules):
+            u[r, : len(lwr)], lw[r, : len(lwr)], valid[r, : len(lwr)] = ur, lwr, True
+        return u[which], lw[which], valid[which]
 
 
 @dataclass(frozen=True)
@@ -253,7 +304,12 @@ class Measure:
         for c, p in enumerate(self.pieces):
             if not p.mask.any():  # absent from every measure of the batch: no nodes (a kernel with one piece per edge count)
                 continue
-            if method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
+            valid = p.mask[:, None]
+            active = p.chart.active(p.context)
+            if active is not None:  # a piece of varying dimension: nodes on each measure's active coordinates
+                u, lw, on = p.chart.domain.masked_points(n, method, active, generator=generator, coarse=coarse)
+                valid = valid & on
+            elif method == "mc":  # independent nodes per measure, so that errors do not correlate across an outer integral
                 u1, lw1 = p.chart.domain.weighted_points(n * B, method, generator=generator)
                 u, lw = u1.reshape(B, n, -1), lw1.reshape(B, n) + math.log(B)
             else:
@@ -267,7 +323,7 @@ class Measure:
             xs.append(x.reshape(B, M, -1))
             lws.append(lw + lj.reshape(B, M))
             sinks.append(torch.zeros(B, M, dtype=torch.bool))
-            masks.append(p.mask[:, None].expand(B, M))
+            masks.append(valid.expand(B, M))
             comp.append(torch.full((M,), K + c))
         return WeightedPoints(torch.cat(xs, 1), torch.cat(sinks, 1), torch.cat(lws, 1), torch.cat(masks, 1), torch.cat(comp), K)
 

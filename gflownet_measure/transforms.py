@@ -68,6 +68,20 @@ class Chart(ABC):
     def log_abs_det_jacobian(self, s: Tensor, u: Tensor) -> Tensor:
         """:math:`\\log |J_s(u)|` ``[B]`` relative to the piece's reference measure."""
 
+    def active(self, s: Tensor) -> Tensor | None:
+        """``[B, k]`` bool: the coordinates of ``U`` that are coordinates of the piece at anchor ``s``; ``None``: all of them.
+
+        A chart whose pieces change dimension with the anchor (the parameters :math:`\\Theta_G = \\mathbb R^{|E(G)|}` of a
+        graph ``G``, Deleu et al. 2023) writes them all into one box ``U`` of the largest dimension and marks the
+        coordinates in use. Its piece is then :math:`(\\varphi_s)_\\#(|J_s(u)|\\, du_A)` with :math:`du_A` Lebesgue measure
+        on the active coordinates :math:`A(s)` alone; the others are 0 in ``u`` (``inverse`` returns 0 there, ``forward``
+        ignores them) and the log-Jacobian is relative to :math:`du_A`. A coordinate density on such a piece is a density
+        w.r.t. :math:`du_A`, and a piece with no active coordinate is a unit atom (Lebesgue measure on
+        :math:`\\mathbb R^0`). Integration rules draw only the active coordinates
+        (:meth:`~gflownet_measure.measures.Box.masked_points`).
+        """
+        return None
+
     def forward(self, s: Tensor, u: Tensor) -> Tensor:
         """:math:`x = \\varphi_s(u)`: ``s [B, D]``, ``u [B, k]`` -> ``x [B, D]``."""
         if self.slots == tuple(range(s.shape[1])):  # the chart moves every coordinate (fixed and advance name none)
@@ -101,7 +115,9 @@ class Chart(ABC):
         u = self.inverse(s, x)
         lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
         hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
-        inside &= ((u >= lo) & (u <= hi)).all(1)
+        within = (u >= lo) & (u <= hi)
+        active = self.active(s)
+        inside &= (within if active is None else within | ~active).all(1)  # inactive coordinates: 0 by the contract of active
         y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
         inside &= self._gap(self._embed(s, u), y) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
         return inside, u

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 import torch
-from scipy import stats
+from sklearn.linear_model import RANSACRegressor
 from torch import Tensor
 
 from .dags import FEATURES, dag_codes, weighted_features
@@ -25,7 +25,7 @@ from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .policy import JSPPolicy
 
-__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics"]
+__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "fit_metrics"]
 
 
 @torch.no_grad()
@@ -112,15 +112,16 @@ def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128,
 
 
 def _line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Least-squares slope of ``y`` on ``x``, a robust (Theil-Sen) slope, and Pearson r.
+    """Least-squares slope of ``y`` on ``x``, the RANSAC slope, and Pearson r.
 
-    Deleu et al. (section 5.3) fit the slope with RANSAC so that a few badly estimated samples do not drive it;
-    Theil-Sen (the median of pairwise slopes, ``scipy.stats.theilslopes``) serves the same purpose without a
-    random consensus step.
+    Deleu et al. 2023 (section 5.3, Fig. 3c and 4) fit the slope with RANSAC so that a few badly estimated samples do not
+    drive it: scikit-learn's ``RANSACRegressor`` (a linear model, its default residual threshold, the median absolute
+    deviation of ``y``), seeded, so the fit repeats.
     """
     if len(x) < 2 or x.std() == 0 or y.std() == 0:
         return float("nan"), float("nan"), float("nan")
-    return float(np.polyfit(x, y, 1)[0]), float(stats.theilslopes(y, x).slope), float(np.corrcoef(x, y)[0, 1])
+    ransac = RANSACRegressor(random_state=0).fit(x[:, None], y)
+    return float(np.polyfit(x, y, 1)[0]), float(ransac.estimator_.coef_[0]), float(np.corrcoef(x, y)[0, 1])
 
 
 @torch.no_grad()
@@ -163,8 +164,8 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
       on the scale the paper's numbers are on), ``theta_nll_per_datum`` the same divided by ``N`` (the
       formula of its section C.5), and ``theta_nll_exact`` the exact posterior's own expected value (what an exact
       sampler scores; not a lower bound: a θ density narrower than the posterior scores below it);
-    - ``log_pt_vs_log_r_slope`` (least squares), ``log_pt_vs_log_r_slope_robust`` (Theil-Sen, in place of the
-      paper's RANSAC), ``log_pt_vs_log_r_r``: the fit of :math:`\\log P_T(G_k, \\theta_k)` on
+    - ``log_pt_vs_log_r_slope`` (least squares), ``log_pt_vs_log_r_slope_robust`` (RANSAC, as the paper),
+      ``log_pt_vs_log_r_r``: the fit of :math:`\\log P_T(G_k, \\theta_k)` on
       :math:`\\log R(G_k, \\theta_k)` (slope 1 and r = 1 for a perfect sampler);
     - ``log_pt_vs_log_r_slope_robust_estimated``: the same robust slope with :math:`\\log P_T(G_k)` from the paper's
       estimator (:func:`estimate_graph_log_marginal`, beam 128, 1,000 orders, a fixed seed) instead of the exact sum,
@@ -211,3 +212,31 @@ def heldout_metrics(heldout: LinearGaussian, graphs: Tensor, thetas: Tensor) -> 
     """
     ll = heldout.log_likelihood(graphs, thetas.double())  # [K]
     return {"heldout_nll": float(-ll.mean()), "heldout_nll_bma": float(-(torch.logsumexp(ll, 0) - math.log(len(ll))))}
+
+
+def sample_metrics(problem, graphs: Tensor, thetas: Tensor) -> dict:
+    """The metrics of posterior samples ``(graphs [K, d, d], thetas [K, P])`` that need no exact posterior (Deleu et al.
+    2023, section 5.2): :func:`heldout_metrics` where the problem has held-out rows, and ``expected_shd`` and ``auroc`` (of
+    the samples' edge frequencies) against the true graph where it is known."""
+    out = heldout_metrics(problem.heldout, graphs, thetas) if problem.heldout is not None else {}
+    if problem.true_adj is not None:
+        out["expected_shd"] = expected_shd(graphs, problem.true_adj)
+        out["auroc"] = auroc(sample_features(graphs)["edge"], problem.true_adj)
+    return out
+
+
+@torch.no_grad()
+def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None) -> tuple[dict, dict]:
+    """:math:`\\log P_T(G_k, \\theta_k) = \\log \\hat P_T(G_k) + \\log P_\\phi(\\theta_k | G_k)` against :math:`\\log R(G_k, \\theta_k)`
+    on samples, with :math:`\\hat P_T(G)` the beam-search + importance-sampling estimate (:func:`estimate_graph_log_marginal`):
+    Deleu et al. 2023, Fig. 3c. A perfect sampler has :math:`\\log P_T = \\log R - \\log Z`: slope 1.
+
+    Returns ``({log_pt_vs_log_r_slope, _slope_robust (RANSAC), _r, fit_samples}, arrays)`` with ``log_pt``, ``log_r`` and
+    ``n_edges`` per sample (the figure colours points by edge count).
+    """
+    log_pt_graph = estimate_graph_log_marginal(policy, graphs, generator=generator)
+    net_out = policy.network(graphs.to(policy.network_dtype))
+    log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).numpy()
+    log_r = model.log_reward(graphs, thetas.double()).double().numpy()
+    out = dict(zip(("log_pt_vs_log_r_slope", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r"), _line_fit(log_r, log_pt)))
+    return out | {"fit_samples": len(graphs)}, {"log_pt": log_pt, "log_r": log_r, "n_edges": graphs.flatten(1).sum(1).numpy()}

@@ -3,21 +3,20 @@ graph-network pass and a self-attention layer over the ``d`` nodes of a DAG, the
 for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \\mid G)` (:mod:`~environments.dag_params.theta`).
 
 Conventions: ``adj [B, d, d]`` is a float 0/1 adjacency with ``adj[b, i, j] = 1`` for the edge
-:math:`i \\to j` (``i`` is a parent of ``j``), and ``theta[b, i, j]`` is the weight of that edge, so
-column ``theta[b, :, j]`` holds the weights of the parents of ``X_j``. All graphs of a batch have the
-same ``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding,
-no scatter).
+:math:`i \\to j` (``i`` is a parent of ``j``); ``theta [B, P]`` is the CPD model's flat parameter vector, node ``j``'s
+block at the positions ``block_index[j]`` (:mod:`~environments.dag_params.cpds`). All graphs of a batch have the same
+``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding, no scatter).
 
 Parameter heads (registry :data:`THETA_HEADS`), each giving the distribution of :math:`\\theta` given ``G``:
 
-- ``"diag"`` (``lingauss_diag``): :class:`~environments.dag_params.theta.DiagNormalTheta`,
-  :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)` independently on the edges of ``G``;
-- ``"full"`` (``lingauss_full``): :class:`~environments.dag_params.theta.FullNormalTheta`,
+- ``"diag"``: :class:`~environments.dag_params.theta.DiagNormalTheta`, each node's block of locations and scales from
+  that node's features (``lingauss_diag`` and ``mlp_gauss`` of the public JSP-GFN code);
+- ``"full"`` (``lingauss_full``, linear models only): :class:`~environments.dag_params.theta.FullNormalTheta`,
   :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})` per child ``j``, with :math:`U_j` an
   upper-triangular factor of the precision.
 
-Both are densities w.r.t. Lebesgue measure on the *active* coordinates :math:`\\{\\theta_{ij} : A_{ij} = 1\\}`
-only (dimension :math:`|E(G)|`), with reparametrised samples that are exactly 0 off the edges.
+Both are densities w.r.t. Lebesgue measure on the *active* coordinates :math:`\\Theta_G` (``model.active(adj)``) only,
+with reparametrised samples that are exactly 0 elsewhere.
 """
 from __future__ import annotations
 
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .states import ActiveFn
 from .theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
 __all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork"]
@@ -129,23 +129,26 @@ class JSPBackbone(nn.Module):
 
 
 class DiagGaussianHead(nn.Module):
-    """``lingauss_diag``: :math:`(\\mu_{\\cdot j}, \\rho_{\\cdot j}) = W\\,\\mathrm{ReLU}(L[h_j, g])`, :math:`\\sigma = \\mathrm{softplus}(\\rho)`.
+    """:math:`(\\mu_{B_j}, \\rho_{B_j}) = W\\,\\mathrm{ReLU}(L[h_j, g])`, :math:`\\sigma = \\mathrm{softplus}(\\rho)`, for each node's block :math:`B_j`.
 
-    Per child ``j`` the ``2d`` outputs are the locations and raw scales of column :math:`\\theta_{\\cdot j}`
-    (one per potential parent ``i``). ``W`` is zero-initialised, so at initialisation :math:`\\mu = 0` and
-    :math:`\\sigma = \\log 2`. Returns the :class:`~environments.dag_params.theta.DiagNormalTheta` of ``loc * adj``
-    and ``scale``, each ``[B, d(i), d(j)]``.
+    Per node ``j`` the ``2 b`` outputs are the locations and raw scales of its parameter block (``block_index [d, b]``:
+    for a linear model the column :math:`\\theta_{\\cdot j}`, one weight per potential parent). ``W`` is zero-initialised,
+    so at initialisation :math:`\\mu = 0` and :math:`\\sigma = \\log 2`. Returns the
+    :class:`~environments.dag_params.theta.DiagNormalTheta` on ``active(adj)``.
     """
 
-    def __init__(self, d: int, hidden: int):
+    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn):
         super().__init__()
-        self.d = d
-        self.net = _zero_last(nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2 * d)))
+        self.block, self.active = block_index.shape[1], active
+        self.net = _zero_last(nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2 * self.block)))
+        self.register_buffer("to_flat", block_index.flatten().argsort(), persistent=False)  # flat position -> (node, slot)
 
     def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> DiagNormalTheta:
-        out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d(j), 2d]
-        raw_loc, raw_scale = out.transpose(1, 2).split(self.d, dim=1)  # each [B, d(i), d(j)]
-        return DiagNormalTheta(raw_loc * adj, F.softplus(raw_scale), adj)
+        out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d, 2b]
+        raw_loc, raw_scale = out.split(self.block, dim=-1)  # each [B, d, b]
+        on = self.active(adj > 0)
+        loc = raw_loc.flatten(1)[:, self.to_flat]
+        return DiagNormalTheta(torch.where(on, loc, torch.zeros_like(loc)), F.softplus(raw_scale.flatten(1)[:, self.to_flat]), on)
 
 
 class FullGaussianHead(nn.Module):
@@ -163,8 +166,10 @@ class FullGaussianHead(nn.Module):
     ``loc [B, d(i), d(j)]`` and ``U [B, d(j), d, d]``.
     """
 
-    def __init__(self, d: int, hidden: int):
+    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn):
         super().__init__()
+        if not torch.equal(block_index, torch.arange(d * d).view(d, d).T):
+            raise ValueError("the full-covariance parameter head is for linear models (each node's block its column of the d x d weights); use the diagonal head")
         self.d = d
         self.net = _zero_last(_mlp(hidden, hidden, d + d * (d + 1) // 2))
         self.register_buffer("triu", torch.triu_indices(d, d), persistent=False)  # [2, d(d+1)/2]
@@ -197,20 +202,22 @@ class JSPNetwork(nn.Module):
     Args:
         d: number of nodes.
         hidden: feature width.
-        model: ``"diag"`` or ``"full"``.
+        block_index: ``[d, b]``, the positions of each node's parameter block in the flat ``theta`` (the CPD model's).
+        active: the CPD model's ``active``: ``adj -> [B, P]`` bool, the coordinates of :math:`\\Theta_G`.
+        head: ``"diag"`` or ``"full"`` (:data:`THETA_HEADS`).
         n_heads, key_size: of the attention layer.
     """
 
-    def __init__(self, d: int, hidden: int = 128, model: str = "diag", n_heads: int = 4, key_size: int = 32):
+    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn, head: str = "diag", n_heads: int = 4, key_size: int = 32):
         super().__init__()
-        if model not in THETA_HEADS:
-            raise ValueError(f"model must be one of {sorted(THETA_HEADS)}, got {model!r}")
-        self.d, self.model = d, model
+        if head not in THETA_HEADS:
+            raise ValueError(f"head must be one of {sorted(THETA_HEADS)}, got {head!r}")
+        self.d, self.head = d, head
         self.backbone = JSPBackbone(d, hidden, n_heads, key_size)
         self.senders = _mlp(hidden, hidden, hidden)
         self.receivers = _mlp(hidden, hidden, hidden)
         self.stop = _mlp(hidden, hidden, 1)
-        self.theta_head = THETA_HEADS[model](d, hidden)
+        self.theta_head = THETA_HEADS[head](d, hidden, block_index, active)
 
     def forward(self, adj: Tensor) -> JSPOutputs:
         """``adj [B, d, d]`` (float 0/1) -> :class:`JSPOutputs`."""

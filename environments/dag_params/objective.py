@@ -1,15 +1,12 @@
-"""JSP-GFN training pieces (Deleu et al. 2023, Algorithm 1): parallel graph builders and the transition loss.
+"""JSP-GFN's objective (Deleu et al. 2023, eq. 8): the transition loss on replayed edge transitions, registered as
+``undirected_subtb`` in the core's objective registry.
 
-- :class:`ParallelEnvs`: ``n`` graphs grown edge by edge under the behaviour policy
-  :math:`(1 - \\epsilon) P_F + \\epsilon U` (``U`` uniform over the valid edges and stop), their valid-edge
-  masks kept incrementally from the transitive closure (one outer product per added edge). A graph that stops
-  restarts from the empty graph. Only edge transitions are kept (for the replay buffer); :math:`\\theta` is
-  never stored.
-- :func:`transition_loss`: for replayed transitions :math:`G \\to G'`, fresh :math:`\\theta_j \\sim P_\\phi(\\cdot|G)` and
-  :math:`\\theta'_i \\sim P_\\phi(\\cdot|G')` (``S`` each), the undirected-path SubTB residual of the core
-  (:func:`~gflownet_measure.losses.undirected_subtb_residual`, eq. 6) on all ``S x S`` pairs, scaled by
-  :math:`1/N` and penalised with Huber (eq. 8); optionally the length-2 penalty of eq. C.21.
-  The reward difference and the :math:`\\theta` at which :math:`P_\\phi` is evaluated carry no gradient.
+:func:`transition_loss`: for replayed transitions :math:`G \\to G'`, fresh :math:`\\theta_j \\sim P_\\phi(\\cdot|G)` and
+:math:`\\theta'_i \\sim P_\\phi(\\cdot|G')` (``S`` each), the undirected-path SubTB residual of the core
+(:func:`~gflownet_measure.losses.undirected_subtb_residual`, eq. 6) on all ``S x S`` pairs, scaled by
+:math:`1/N` and penalised with Huber (eq. 8); optionally the length-2 penalty of eq. C.21.
+The reward difference and the :math:`\\theta` at which :math:`P_\\phi` is evaluated carry no gradient.
+The transitions come from the core's :class:`~gflownet_measure.walkers.Walkers` (Algorithm 1's parallel environments).
 """
 from __future__ import annotations
 
@@ -22,58 +19,17 @@ from gflownet_measure.densities import Policy
 from gflownet_measure.losses import huber, length2_penalty, undirected_subtb_residual
 from gflownet_measure.objectives import GFlowNet, Objective, register
 
-from .dags import add_edge_closure, valid_edges
-from .policy import JSPPolicy, action_log_probs
-from .space import split
+from .policy import JSPPolicy
+from .states import split
 
-__all__ = ["ParallelEnvs", "Transitions", "transition_loss", "UNDIRECTED_SUBTB"]
-
-
-class ParallelEnvs(torch.nn.Module):
-    """``n`` DAGs on ``d`` nodes built one edge at a time (Algorithm 1's environments), masks updated incrementally.
-
-    A module whose graphs and closures are registered buffers, so that a checkpoint of a model holding it restores
-    the partly built graphs too (a resumed run then continues the uninterrupted one).
-    """
-
-    def __init__(self, n: int, d: int, max_parents: int | None = None):
-        super().__init__()
-        self.d, self.max_parents = d, max_parents
-        self.register_buffer("adj", torch.zeros(n, d, d, dtype=torch.bool))
-        self.register_buffer("reach", torch.eye(d, dtype=torch.bool).expand(n, d, d).clone())
-
-    @torch.no_grad()
-    def step(self, policy: JSPPolicy, epsilon: float) -> tuple[Tensor, Tensor]:
-        """One move of every graph; returns the edge transitions ``(G [M, d, d], G' [M, d, d])`` made (stops excluded).
-
-        With probability ``epsilon`` a graph moves uniformly among its valid edges and stop
-        (docs/references.md, 'Training loop'), otherwise with :math:`P_F`.
-        """
-        n, d = self.adj.shape[0], self.d
-        valid = valid_edges(self.adj, self.reach, self.max_parents)
-        log_edge, log_stop = action_log_probs(policy.network(self.adj.to(policy.network_dtype)), valid, policy.logit_scale)
-        probs = torch.cat([log_edge.flatten(1), log_stop[:, None]], 1).exp()
-        uniform = torch.cat([valid.flatten(1), torch.ones(n, 1, dtype=torch.bool)], 1).to(probs.dtype)
-        explore = torch.rand(n) < epsilon
-        probs = torch.where(explore[:, None], uniform / uniform.sum(1, keepdim=True), probs)
-        action = torch.multinomial(probs, 1)[:, 0]
-        stop = action == d * d
-        moved = (~stop).nonzero()[:, 0]
-        u, v = action[moved] // d, action[moved] % d
-        before = self.adj[moved].clone()
-        self.adj[moved, u, v] = True
-        self.reach[moved] = add_edge_closure(self.reach[moved], u, v)
-        after = self.adj[moved].clone()
-        self.adj[stop] = False
-        self.reach[stop] = torch.eye(d, dtype=torch.bool)
-        return before, after
+__all__ = ["Transitions", "transition_loss", "UNDIRECTED_SUBTB"]
 
 
 def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_samples: int, with_penalty: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``."""
     S, B = n_samples, adj.shape[0]
     with torch.no_grad():
-        theta = out.theta.rsample((S,))  # [S, B, d, d]
+        theta = out.theta.rsample((S,))  # [S, B, P]
     adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
     if with_penalty:
         theta = theta.requires_grad_(True)
@@ -82,7 +38,8 @@ def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_s
     pen = None
     if with_penalty:
         (g,) = torch.autograd.grad((log_R - log_q).sum(), theta, create_graph=True)
-        pen = length2_penalty(g * adj, adj.flatten(1).sum(1))
+        on = out.theta.active
+        pen = length2_penalty(torch.where(on, g, torch.zeros_like(g)), on.sum(1))
     return log_R.detach(), log_stop + log_q, pen
 
 

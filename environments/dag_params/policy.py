@@ -7,7 +7,7 @@ At an intermediate state :math:`(G, \\#)`, with the backbone's stop logit ``s`` 
    P_F((G, \\theta) \\mid G) = \\sigma(s)\\, P_\\phi(\\theta \\mid G)
 
 w.r.t. counting measure on the valid edges (mask ``M``) and Lebesgue measure on :math:`\\Theta_G`
-(:class:`~environments.dag_params.space.EdgeWeightsChart`, log-Jacobian 0). Where no edge can be added,
+(:class:`~environments.dag_params.space.ThetaChart`, log-Jacobian 0, the chart's coordinates the flat parameters themselves). Where no edge can be added,
 :math:`P(\\text{stop} \\mid G) = 1`. :math:`P_\\phi(\\theta | G)` is the diagonal or full-covariance Normal of the
 network's parameter head (:mod:`~environments.dag_params.theta`). At :math:`(G, \\theta)` the only move is the sink, with probability one.
 
@@ -21,16 +21,16 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.distributions import Distribution, constraints
 
 from gflownet_measure.densities import Policy
 
 from .dags import transitive_closure, valid_edges
 from .network import JSPNetwork, JSPOutputs
-from .space import DagKernel, pack, split, unpack
+from .space import DagKernel
+from .states import split
 from .theta import MaskedNormalTheta
 
-__all__ = ["action_log_probs", "PackedTheta", "JSPPolicy"]
+__all__ = ["action_log_probs", "JSPPolicy"]
 
 
 def action_log_probs(out: JSPOutputs, valid: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
@@ -55,32 +55,8 @@ def action_log_probs(out: JSPOutputs, valid: Tensor, scale: float = 1.0) -> tupl
     return edges.reshape(B, d, d), stop
 
 
-class PackedTheta(Distribution):
-    """:math:`P_\\phi(\\theta | G)` on the ``k`` active coordinates (:func:`~environments.dag_params.space.pack` order) of rows whose graphs have ``k`` edges
-    (other rows get values of the right shape and no meaning): the chart coordinates :math:`\\Theta_G = \\mathbb R^k` the core's
-    kernel density reads.
-
-    A view of the dense masked density ``theta`` (:class:`~environments.dag_params.theta.MaskedNormalTheta`), w.r.t.
-    Lebesgue measure on :math:`\\mathbb R^k`: values are packed and unpacked, sampling and densities are ``theta``'s.
-    """
-
-    arg_constraints: dict = {}
-    support = constraints.real_vector
-    has_rsample = True
-
-    def __init__(self, theta: MaskedNormalTheta, k: int):
-        self.theta, self.edges, self.k = theta, theta.adj > 0, k
-        super().__init__(batch_shape=theta.batch_shape, event_shape=(k,), validate_args=False)
-
-    def rsample(self, sample_shape=torch.Size()) -> Tensor:
-        return pack(self.theta.rsample(sample_shape), self.edges, self.k)
-
-    def log_prob(self, value: Tensor) -> Tensor:
-        return self.theta.log_prob(unpack(value.to(self.theta.loc.dtype), self.edges))
-
-
-def _theta_rows(theta: MaskedNormalTheta, k: int, rows: Tensor) -> Distribution:
-    return PackedTheta(theta[rows], k)
+def _theta_rows(theta: MaskedNormalTheta, rows: Tensor) -> MaskedNormalTheta:
+    return theta[rows]
 
 
 class JSPPolicy(Policy):
@@ -106,7 +82,5 @@ class JSPPolicy(Policy):
         d = self.kernel.d
         adj, _, _ = split(s, d)
         out, log_edge, log_stop = self.heads(adj, measure.atoms.mask[:, : d * d].reshape(-1, d, d))  # the kernel's edge atoms
-        B = len(s)
-        n_pieces = len(measure.pieces)
-        logits = torch.cat([log_edge.flatten(1), log_stop[:, None], torch.zeros(B, 1, dtype=log_stop.dtype), log_stop[:, None].expand(B, n_pieces)], 1)
-        return logits, [functools.partial(_theta_rows, out.theta, p.chart.k) for p in measure.pieces]
+        logits = torch.cat([log_edge.flatten(1), torch.zeros(len(s), 1, dtype=log_stop.dtype), log_stop[:, None]], 1)  # edges, sink, Theta_G
+        return logits, [functools.partial(_theta_rows, out.theta)]

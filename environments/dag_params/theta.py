@@ -1,19 +1,19 @@
 """The densities :math:`P_\\phi(\\theta \\mid G)` of JSP-GFN's parameter heads (Deleu et al. 2023, section 3.3 and
-appendix; docs/references.md, 'Network') as torch distributions over ``theta [..., B, d, d]``.
+appendix; docs/references.md, 'Network') as torch distributions over flat parameter vectors ``theta [..., B, P]``.
 
-``theta[b, i, j]`` is the weight of the edge :math:`i \\to j` of graph ``b`` (``adj [B, d, d]``, float 0/1 in the
-parameters' dtype), so column :math:`\\theta_{\\cdot j}` holds the weights of the parents :math:`P_j` of ``X_j``:
+The layout of ``theta`` is the CPD model's (:mod:`~environments.dag_params.cpds`); ``active [B, P]`` bool marks the
+coordinates of :math:`\\Theta_G` for each graph (``model.active(adj)``):
 
-- :class:`DiagNormalTheta` (``lingauss_diag``): :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)`
-  independently on the edges of ``G``;
-- :class:`FullNormalTheta` (``lingauss_full``): :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})`
-  per child ``j`` on its parents, with :math:`U_j` an upper-triangular factor of the precision.
+- :class:`DiagNormalTheta` (``lingauss-diag``, ``mlp``): :math:`\\theta_i \\sim \\mathcal N(\\mu_i, \\sigma_i^2)` independently on
+  the active coordinates;
+- :class:`FullNormalTheta` (``lingauss-full``; linear models, ``P = d^2`` row-major with ``theta[i d + j]`` the weight of
+  :math:`i \\to j`): :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})` per child ``j`` on its parents,
+  with :math:`U_j` an upper-triangular factor of the precision.
 
-Only the weights of present edges are random: samples are exactly 0 off the edges, and ``log_prob`` is a density
-w.r.t. Lebesgue measure on the *active* coordinates :math:`\\{\\theta_{ij} : A_{ij} = 1\\}` only (dimension
-:math:`|E(G)|`, :math:`\\Theta_G` of :class:`~environments.dag_params.space.EdgeWeightsChart`); it reads the edge
-entries alone, whatever the others hold (NaN included). :math:`\\varepsilon \\sim \\mathcal N(0, I)` of the
-reparametrised samples comes from torch's global generator.
+Only the active coordinates are random: samples are exactly 0 elsewhere, and ``log_prob`` is a density w.r.t. Lebesgue
+measure on the active coordinates only (:class:`~environments.dag_params.space.ThetaChart`); it reads them alone,
+whatever the others hold (NaN included). :math:`\\varepsilon \\sim \\mathcal N(0, I)` of the reparametrised samples
+comes from torch's global generator.
 """
 from __future__ import annotations
 
@@ -28,20 +28,20 @@ from gflownet_measure.gaussian import LOG_2PI
 __all__ = ["MaskedNormalTheta", "DiagNormalTheta", "FullNormalTheta"]
 
 
-class _EdgeWeights(constraints.Constraint):
-    """:math:`\\Theta_G` of ``adj [B, d, d]`` inside :math:`\\mathbb R^{d \\times d}`: real on the edges, exactly 0 elsewhere."""
+class _ActiveCoordinates(constraints.Constraint):
+    """:math:`\\Theta_G` inside :math:`\\mathbb R^P`: real on the active coordinates ``active [B, P]``, exactly 0 elsewhere."""
 
-    event_dim = 2
+    event_dim = 1
 
-    def __init__(self, adj: Tensor):
-        self.adj = adj
+    def __init__(self, active: Tensor):
+        self.active = active
 
     def check(self, value: Tensor) -> Tensor:
-        return torch.where(self.adj > 0, value == value, value == 0).flatten(-2).all(-1)
+        return torch.where(self.active, value == value, value == 0).all(-1)
 
 
 class MaskedNormalTheta(Distribution):
-    """:math:`P_\\phi(\\theta \\mid G)` on the graphs ``adj [B, d, d]``: batch shape ``[B]``, event shape ``[d, d]``.
+    """:math:`P_\\phi(\\theta \\mid G)` on the graphs of a batch: batch shape ``[B]``, event shape ``[P]``, active coordinates ``active [B, P]``.
 
     Subclasses give :meth:`_draw`, :meth:`log_prob` and row selection ``dist[rows]`` (the graphs ``rows`` of the
     batch, a slice or a 1-D index). ``sample`` is torch's: ``rsample`` without gradients.
@@ -50,56 +50,56 @@ class MaskedNormalTheta(Distribution):
     arg_constraints: dict = {}
     has_rsample = True
 
-    def __init__(self, loc: Tensor, adj: Tensor):
-        self.loc, self.adj = loc, adj
-        super().__init__(batch_shape=adj.shape[:-2], event_shape=adj.shape[-2:], validate_args=False)
+    def __init__(self, active: Tensor):
+        self.active = active
+        super().__init__(batch_shape=active.shape[:-1], event_shape=active.shape[-1:], validate_args=False)
 
     @property
     def support(self) -> constraints.Constraint:
-        """:math:`\\Theta_G` of each graph: real weights on its edges, 0 elsewhere."""
-        return _EdgeWeights(self.adj)
+        """:math:`\\Theta_G` of each graph: real on its active coordinates, 0 elsewhere."""
+        return _ActiveCoordinates(self.active)
 
     def _draw(self, n: int) -> Tensor:
-        """``n`` reparametrised samples ``[n, B, d, d]``."""
+        """``n`` reparametrised samples ``[n, B, P]``."""
         raise NotImplementedError
 
     def rsample(self, sample_shape: torch.Size | tuple[int, ...] = torch.Size()) -> Tensor:
-        """Reparametrised :math:`\\theta \\sim P_\\phi(\\cdot \\mid G)`, ``[*sample_shape, B, d, d]``, exactly 0 off the edges."""
+        """Reparametrised :math:`\\theta \\sim P_\\phi(\\cdot \\mid G)`, ``[*sample_shape, B, P]``, exactly 0 off the active coordinates."""
         theta = self._draw(math.prod(sample_shape) if sample_shape else 1)
         return theta.reshape(*sample_shape, *theta.shape[1:]) if sample_shape else theta[0]
 
 
 class DiagNormalTheta(MaskedNormalTheta):
-    """``lingauss_diag``: :math:`\\theta_{ij} \\sim \\mathcal N(\\mu_{ij}, \\sigma_{ij}^2)` independently on the edges :math:`A_{ij} = 1`.
+    """:math:`\\theta_i \\sim \\mathcal N(\\mu_i, \\sigma_i^2)` independently on the active coordinates.
 
-    .. math:: \\log P_\\phi(\\theta \\mid G) = \\sum_{A_{ij} = 1} \\log \\mathcal N(\\theta_{ij}; \\mu_{ij}, \\sigma_{ij}^2), \\qquad
-       \\theta = (\\mu + \\sigma \\varepsilon) \\odot A.
+    .. math:: \\log P_\\phi(\\theta \\mid G) = \\sum_{i \\in \\Theta_G} \\log \\mathcal N(\\theta_i; \\mu_i, \\sigma_i^2), \\qquad
+       \\theta = (\\mu + \\sigma \\varepsilon) \\odot 1_{\\Theta_G}.
 
     Args:
-        loc: ``[B, d, d]``, :math:`\\mu_{ij}`, zero off the edges.
-        scale: ``[B, d, d]``, :math:`\\sigma_{ij} > 0` on the edges; any value off them (it is masked here: a scale
+        loc: ``[B, P]``, :math:`\\mu`.
+        scale: ``[B, P]``, :math:`\\sigma > 0` on the active coordinates; any value off them (it is masked here: a scale
             that underflowed to 0 there gives no 0/0).
-        adj: ``[B, d, d]``, the graphs, float 0/1 in ``loc``'s dtype.
+        active: ``[B, P]`` bool, :math:`\\Theta_G`.
     """
 
-    def __init__(self, loc: Tensor, scale: Tensor, adj: Tensor):
-        self.scale = scale
-        super().__init__(loc, adj)
+    def __init__(self, loc: Tensor, scale: Tensor, active: Tensor):
+        self.loc, self.scale = loc, scale
+        super().__init__(active)
 
     def __getitem__(self, rows) -> DiagNormalTheta:
-        return DiagNormalTheta(self.loc[rows], self.scale[rows], self.adj[rows])
+        return DiagNormalTheta(self.loc[rows], self.scale[rows], self.active[rows])
 
     def _draw(self, n: int) -> Tensor:
-        eps = torch.randn((n, *self.loc.shape), dtype=self.loc.dtype, device=self.loc.device)  # [S, B, d, d]
-        return (self.loc + self.scale * eps) * self.adj
+        eps = torch.randn((n, *self.loc.shape), dtype=self.loc.dtype, device=self.loc.device)  # [S, B, P]
+        return torch.where(self.active, self.loc + self.scale * eps, 0.0)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        """``value [B, d, d]`` or ``[S, B, d, d]`` -> ``[B]`` or ``[S, B]``; entries off the edges are ignored."""
-        loc, adj = self.loc, self.adj
-        theta = torch.where(adj > 0, value, loc)  # off the edges theta - loc = 0 exactly
-        scale = torch.where(adj > 0, self.scale, 1.0)  # off the edges a scale may have underflowed to 0: no 0/0
+        """``value [B, P]`` or ``[S, B, P]`` -> ``[B]`` or ``[S, B]``; inactive entries are ignored."""
+        loc, on = self.loc, self.active
+        theta = torch.where(on, value, loc)  # off the active coordinates theta - loc = 0 exactly
+        scale = torch.where(on, self.scale, 1.0)  # off them a scale may have underflowed to 0: no 0/0
         z = (theta - loc) / scale
-        return ((-0.5 * (z.square() + LOG_2PI) - scale.log()) * adj).sum((-2, -1))
+        return torch.where(on, -0.5 * (z.square() + LOG_2PI) - scale.log(), 0.0).sum(-1)
 
 
 class FullNormalTheta(MaskedNormalTheta):
@@ -116,6 +116,7 @@ class FullNormalTheta(MaskedNormalTheta):
 
     Samples: :math:`\\theta_{\\cdot j} = \\mu_j + U_j^{-1}\\varepsilon_j` (a triangular solve, one per ``(b, j)`` for
     all ``S`` samples at once), since :math:`\\mathrm{Cov}(U^{-1}\\varepsilon) = (U^\\top U)^{-1}`, masked to the edges.
+    Values are flat (``theta[i d + j]``, the layout of :class:`~environments.dag_params.bayesnet.LinearGaussian`).
 
     Args:
         loc: ``[B, d(i), d(j)]``, :math:`\\mu_{ij}`, zero off the edges.
@@ -124,8 +125,8 @@ class FullNormalTheta(MaskedNormalTheta):
     """
 
     def __init__(self, loc: Tensor, prec_chol: Tensor, adj: Tensor):
-        self.prec_chol = prec_chol
-        super().__init__(loc, adj)
+        self.loc, self.prec_chol, self.adj = loc, prec_chol, adj
+        super().__init__(adj.flatten(-2) > 0)
 
     def __getitem__(self, rows) -> FullNormalTheta:
         return FullNormalTheta(self.loc[rows], self.prec_chol[rows], self.adj[rows])
@@ -134,15 +135,15 @@ class FullNormalTheta(MaskedNormalTheta):
         loc = self.loc
         eps = torch.randn((*loc.shape, n), dtype=loc.dtype, device=loc.device)  # [B, d(j), d, S]
         noise = torch.linalg.solve_triangular(self.prec_chol, eps, upper=True)  # [B, j, d(i), S]
-        return (loc + noise.permute(3, 0, 2, 1)) * self.adj
+        return ((loc + noise.permute(3, 0, 2, 1)) * self.adj).flatten(-2)
 
     def log_prob(self, value: Tensor) -> Tensor:
-        """``value [B, d, d]`` or ``[S, B, d, d]`` -> ``[B]`` or ``[S, B]``; entries off the edges are ignored."""
+        """``value [B, d^2]`` or ``[S, B, d^2]`` -> ``[B]`` or ``[S, B]``; entries off the edges are ignored."""
         loc, adj = self.loc, self.adj
-        theta = torch.where(adj > 0, value, loc)  # off the edges theta - loc = 0 exactly
         B, d = adj.shape[:2]
+        theta = torch.where(adj > 0, value.reshape(*value.shape[:-1], d, d), loc)  # off the edges theta - loc = 0 exactly
         delta = (theta - loc).reshape(-1, B, d, d)  # [S, B, d(i), d(j)], zero off the edges
         z = torch.einsum("bjac,sbcj->sbja", self.prec_chol, delta)  # [S, B, j, d]: U_j delta_j
         log_det = self.prec_chol.diagonal(dim1=-2, dim2=-1).log().sum((-2, -1))  # [B]; non-parent diagonals are 1
         log_p = -0.5 * (adj.sum((-2, -1)) * LOG_2PI + z.square().sum((-2, -1))) + log_det  # [S, B]
-        return log_p.reshape(theta.shape[:-2])
+        return log_p.reshape(value.shape[:-1])

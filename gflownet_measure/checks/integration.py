@@ -34,7 +34,7 @@ from ..sampled import SampledMeasure
 
 __all__ = [
     "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "METHODS",
-    "Rule", "integrate", "sampled", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
+    "Rule", "integrate", "sampled_measures", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
 ]
 
 Z_SCORE = 5.0
@@ -82,7 +82,7 @@ def quadrature_fits(box: Box) -> bool:
     return box.dim <= QUADRATURE_MAX_DIM and whole_or_bounded
 
 
-def sampled(graph: PointedGraph) -> tuple[SampledMeasure, ...]:
+def sampled_measures(graph: PointedGraph) -> tuple[SampledMeasure, ...]:
     """Those of nu and the terminal measure that are given by a sampling rule (:class:`~gflownet_measure.sampled.SampledMeasure`)."""
     return tuple(m for m in (graph.nu, graph.terminal) if isinstance(m, SampledMeasure))
 
@@ -96,7 +96,7 @@ def graph_pieces(graph: PointedGraph) -> tuple[Piece, ...]:
 
 def exact_graph(graph: PointedGraph) -> bool:
     """Eq. 4 is a finite sum: nu and the terminal measure are listed atoms, and so is every kernel."""
-    return not graph_pieces(graph) and not sampled(graph)
+    return not graph_pieces(graph) and not sampled_measures(graph)
 
 
 def pair_method(graph: PointedGraph, method: str) -> str:
@@ -106,7 +106,7 @@ def pair_method(graph: PointedGraph, method: str) -> str:
         raise ValueError(f"unknown integration method {method!r}; valid: {', '.join(METHODS)}")
     if method != "auto":
         return method
-    fits = not sampled(graph) and all(quadrature_fits(p.chart.domain) for p in graph_pieces(graph))
+    fits = not sampled_measures(graph) and all(quadrature_fits(p.chart.domain) for p in graph_pieces(graph))
     return "quadrature" if fits else "mc"
 
 

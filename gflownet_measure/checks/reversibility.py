@@ -24,7 +24,7 @@ from torch import Tensor
 from ..graph import PointedGraph
 from ..measures import WeightedPoints
 from ..sampled import SampledMeasure
-from .integration import EXACT_RTOL, QUADRATURE_SAFETY, Z_SCORE, Rule, exact_graph, integrate, nodes, pair_method, sampled
+from .integration import EXACT_RTOL, QUADRATURE_SAFETY, Z_SCORE, Rule, exact_graph, integrate, nodes, pair_method, sampled_measures
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 from .support import component_name
 
@@ -175,7 +175,7 @@ def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule:
     """The estimation-error part of the tolerance ``[K]`` and the rule's name (see :mod:`.integration`)."""
     if exact_graph(graph):
         return torch.zeros_like(fine.lhs.est), "exact sums over atoms"
-    drawn = "".join(f"; {m.label} by {rule.n} importance-sampling draws" for m in sampled(graph))
+    drawn = "".join(f"; {m.label} by {rule.n} importance-sampling draws" for m in sampled_measures(graph))
     if rule.method == "mc":
         return Z_SCORE * (fine.lhs.var + fine.rhs.var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece{drawn}, {Z_SCORE:g} standard errors"
     coarse = _integrals(graph, fs, rule._replace(coarse=True), seed)

@@ -80,8 +80,8 @@ def _walk(graph: PointedGraph, policy: Policy, x: Tensor, forward: bool) -> tupl
 def check_reachability(graph: PointedGraph, n: int, pb: Policy | None = None) -> CheckResult:
     """eq. 1: every state of :math:`\\nu` is reachable from :math:`s_0`.
 
-    Exact search when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`) backward walks with ``pb`` (uniform by default) from
-    states drawn from :math:`\\nu`, which must reach :math:`s_0` within ``N`` steps. The walks start at states that need not
+    Exact search when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`) backward walks with
+    ``pb`` (uniform by default) from states drawn from :math:`\\nu`, which must reach :math:`s_0` within ``N`` steps. The walks start at states that need not
     be terminal, so the reward, a density on the terminal states only, is not evaluated.
     """
     name = CONDITIONS["reachability"]
@@ -130,8 +130,8 @@ def check_sink_mass(graph: PointedGraph, n: int) -> CheckResult:
 def check_finite_absorption(graph: PointedGraph, n: int, pf: Policy | None = None) -> CheckResult:
     """eq. 7: :math:`\\kappa^N(s_0, \\cdot)` is concentrated on the sink (no dead ends, no cycles longer than ``N``).
 
-    Exact propagation for ``N`` steps when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`) ``n`` forward walks with ``pf``
-    (uniform by default), whose terminal states (where the walks stop) get their reward evaluated.
+    Exact propagation for ``N`` steps when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`)
+    ``n`` forward walks with ``pf`` (uniform by default), whose terminal states (where the walks stop) get their reward evaluated.
     """
     name = CONDITIONS["absorption"]
     if _enumerated(graph):

@@ -17,6 +17,8 @@ __all__ = ["enumerate_states", "index_of", "transition_matrix", "terminating_dis
 
 def enumerate_states(graph: PointedGraph) -> Tensor:
     """All non-sink states ``[S, D]``: the atoms of :math:`\\nu` (a finite counting measure)."""
+    if not isinstance(graph.nu, Measure):
+        raise ValueError(f"{graph.name}: nu is sampled ({graph.nu.label}); exact enumeration needs its atoms listed")
     if graph.nu.pieces:
         raise ValueError(f"{graph.name}: nu has continuous pieces; exact enumeration needs a finite state space")
     return graph.nu.atoms.x[0][graph.nu.atoms.mask[0]]

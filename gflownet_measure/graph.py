@@ -9,6 +9,7 @@ from torch import Tensor
 
 from .kernels import Kernel
 from .measures import Measure
+from .sampled import SampledMeasure
 
 __all__ = ["PointedGraph"]
 
@@ -22,10 +23,13 @@ class PointedGraph:
         source: :math:`s_0` ``[D]``.
         kappa: forward reference kernel :math:`\\kappa(s, \\cdot)` on non-sink states.
         kappa_b: backward reference kernel :math:`\\kappa_b(s', \\cdot)` on non-sink states.
-        nu: reference measure :math:`\\nu` on the non-sink states (the sink carries a unit atom).
-        terminal: :math:`\\kappa_b(\\bot, \\cdot)`, the measure terminal states are drawn from; eq. 4
-            at the sink requires :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`.
-            The reward is a density w.r.t. it.
+        nu: reference measure :math:`\\nu` on the non-sink states (the sink carries a unit atom): a
+            :class:`~gflownet_measure.measures.Measure` (atoms and charted pieces, listed), or a
+            :class:`~gflownet_measure.sampled.SampledMeasure` (an importance-sampling rule and a support test) where
+            the support is too large to list; the theory checks then integrate over it by Monte Carlo.
+        terminal: :math:`\\kappa_b(\\bot, \\cdot)`, the measure terminal states are drawn from (a ``Measure`` or a
+            ``SampledMeasure``, as ``nu``); eq. 4 at the sink requires
+            :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`. The reward is a density w.r.t. it.
         log_reward: :math:`\\log R(x)` ``[B]`` for terminal states ``x [B, D]``, w.r.t. ``terminal``.
         max_length: ``N`` of eq. 7: every trajectory reaches the sink within ``N`` steps.
         encode: features ``[B, F]`` of states for networks and test functions.
@@ -35,8 +39,8 @@ class PointedGraph:
     source: Tensor
     kappa: Kernel
     kappa_b: Kernel
-    nu: Measure
-    terminal: Measure
+    nu: Measure | SampledMeasure
+    terminal: Measure | SampledMeasure
     log_reward: Callable[[Tensor], Tensor]
     max_length: int
     encode: Callable[[Tensor], Tensor]

@@ -24,6 +24,10 @@ exact sums within float64 round-off, Monte Carlo within :data:`Z_SCORE` standard
 :data:`~gflownet_measure.checks.integration.QUADRATURE_SAFETY` times the change from a coarse rule
 (:mod:`gflownet_measure.checks.integration`). A check that raises ``ValueError`` or ``RuntimeError`` (a policy on a broken
 chart, a walk that never ends) is a failed row whose detail is the error.
+
+``graph.nu`` and ``graph.terminal`` may be :class:`~gflownet_measure.sampled.SampledMeasure` objects (a support too
+large to list): the pointwise rows then run on states drawn from them with ``contains`` as membership, eq. 1 and eq. 7
+walk, and eq. 4 sums over their importance-sampling draws within Monte Carlo error bars (:mod:`.integration`).
 """
 from __future__ import annotations
 

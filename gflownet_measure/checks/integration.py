@@ -13,6 +13,12 @@ Everything is summed in float64. How a comparison's tolerance is made:
 terminal measure, kappa and kappa_b) has at most :data:`QUADRATURE_MAX_DIM` coordinates, none half-infinite, and by
 Monte Carlo otherwise: one rule for the whole graph, because the nested integrals of eq. 4 mix the pieces, and a sum
 of quadrature and Monte Carlo terms would have no clean error estimate.
+
+Where nu or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure` (a support too large to
+list), its integrals are always its own importance-sampling rule, drawn once per check (:func:`nodes` with a seeded
+generator); ``"auto"`` then means Monte Carlo throughout. With ``method="quadrature"`` the kernels' pieces are still
+integrated by quadrature, and the tolerance adds the quadrature change (on the same outer draws) to the Monte Carlo
+standard errors of the outer sums.
 """
 from __future__ import annotations
 
@@ -24,10 +30,11 @@ from torch import Tensor
 
 from ..graph import PointedGraph
 from ..measures import Atoms, Box, Measure, Piece, WeightedPoints
+from ..sampled import SampledMeasure
 
 __all__ = [
     "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "METHODS",
-    "Rule", "integrate", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
+    "Rule", "integrate", "sampled_measures", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
 ]
 
 Z_SCORE = 5.0
@@ -75,19 +82,32 @@ def quadrature_fits(box: Box) -> bool:
     return box.dim <= QUADRATURE_MAX_DIM and whole_or_bounded
 
 
+def sampled_measures(graph: PointedGraph) -> tuple[SampledMeasure, ...]:
+    """Those of nu and the terminal measure that are given by a sampling rule (:class:`~gflownet_measure.sampled.SampledMeasure`)."""
+    return tuple(m for m in (graph.nu, graph.terminal) if isinstance(m, SampledMeasure))
+
+
 def graph_pieces(graph: PointedGraph) -> tuple[Piece, ...]:
-    """Every piece of nu, the terminal measure, kappa and kappa_b (a kernel lists all its pieces at any state, masked where absent)."""
+    """Every piece of nu, the terminal measure (where enumerated), kappa and kappa_b (a kernel lists all its pieces at any state, masked where absent)."""
     s0 = graph.source[None]
-    return graph.nu.pieces + graph.terminal.pieces + graph.kappa(s0).pieces + graph.kappa_b(s0).pieces
+    listed = tuple(p for m in (graph.nu, graph.terminal) if isinstance(m, Measure) for p in m.pieces)
+    return listed + graph.kappa(s0).pieces + graph.kappa_b(s0).pieces
+
+
+def exact_graph(graph: PointedGraph) -> bool:
+    """Eq. 4 is a finite sum: nu and the terminal measure are listed atoms, and so is every kernel."""
+    return not graph_pieces(graph) and not sampled_measures(graph)
 
 
 def pair_method(graph: PointedGraph, method: str) -> str:
-    """The rule for eq. 4: ``method`` itself, or for ``"auto"`` quadrature when every piece of the graph fits it (module docstring)."""
+    """The rule for eq. 4: ``method`` itself, or for ``"auto"`` quadrature when every piece of the graph fits it and no
+    measure of it is sampled (module docstring)."""
     if method not in METHODS:
         raise ValueError(f"unknown integration method {method!r}; valid: {', '.join(METHODS)}")
     if method != "auto":
         return method
-    return "quadrature" if all(quadrature_fits(p.chart.domain) for p in graph_pieces(graph)) else "mc"
+    fits = not sampled_measures(graph) and all(quadrature_fits(p.chart.domain) for p in graph_pieces(graph))
+    return "quadrature" if fits else "mc"
 
 
 class Rule(NamedTuple):
@@ -99,9 +119,12 @@ class Rule(NamedTuple):
     coarse: bool = False
 
 
-def nodes(measure: Measure, rule: Rule) -> WeightedPoints:
+def nodes(measure: Measure | SampledMeasure, rule: Rule, generator: torch.Generator | None = None) -> WeightedPoints:
     """Integration nodes for every measure of the batch under ``rule`` (:meth:`Measure.weighted_points
-    <gflownet_measure.measures.Measure.weighted_points>`: atoms exactly, the coarse quadrature rule if ``rule.coarse``)."""
+    <gflownet_measure.measures.Measure.weighted_points>`: atoms exactly, the coarse quadrature rule if ``rule.coarse``);
+    for a :class:`~gflownet_measure.sampled.SampledMeasure` its own ``rule.n`` draws, from ``generator``, whatever the rule."""
+    if isinstance(measure, SampledMeasure):
+        return measure.weighted_points(rule.n, generator)
     return measure.weighted_points(rule.n, rule.method, coarse=rule.coarse)
 
 
@@ -138,22 +161,33 @@ def _capped(atoms: Tensor, points: Tensor, cap: int) -> Tensor:
     return torch.cat([atoms, points[torch.randperm(len(points))[: cap - len(atoms)]]])
 
 
+def _states(measure: Measure | SampledMeasure, n: int, dtype) -> tuple[Tensor, Tensor]:
+    """``(atoms, points)`` of a batch-one measure as :func:`_draws` gives them; a sampled measure's ``n`` draws of
+    positive weight, without repeats, are all points."""
+    if isinstance(measure, Measure):
+        return _draws(measure, n, dtype)
+    points = measure.states(n).to(dtype).unique(dim=0)
+    return points[:0], points
+
+
 def nu_states(graph: PointedGraph, n: int, dtype=None) -> Tensor:
     """``[M, D]``: :math:`s_0`, the atoms of :math:`\\nu` and ``n`` random points per piece, at most :data:`MAX_STATES` of them
-    (atoms first, then a random subset of the points), in ``dtype`` (default: the graph's).
+    (atoms first, then a random subset of the points), in ``dtype`` (default: the graph's). A sampled :math:`\\nu`
+    (:class:`~gflownet_measure.sampled.SampledMeasure`) gives the distinct states of ``n`` draws instead.
 
     The states the pointwise checks (eq. 1, 2, 6, 15, 16, supports, charts, encoding) run on; a graph whose :math:`\\nu` has many
     pieces (an SDE's T time levels) would otherwise ask for ``T n`` kernel integrals.
     """
     dtype = dtype or graph.source.dtype
-    atoms, points = _draws(graph.nu, n, dtype)
-    atoms = atoms[~graph.is_source(atoms)]
+    atoms, points = _states(graph.nu, n, dtype)
+    atoms, points = atoms[~graph.is_source(atoms)], points[~graph.is_source(points)]
     return torch.cat([graph.source[None].to(dtype), _capped(atoms, points, MAX_STATES - 1)])
 
 
 def terminal_states(graph: PointedGraph, n: int) -> Tensor:
-    """``[M, D]``: the atoms of the terminal measure :math:`\\kappa_b(\\bot, \\cdot)` and ``n`` random points per piece (at most :data:`MAX_STATES`, atoms first)."""
-    return _capped(*_draws(graph.terminal, n, graph.source.dtype), MAX_STATES)
+    """``[M, D]``: the atoms of the terminal measure :math:`\\kappa_b(\\bot, \\cdot)` and ``n`` random points per piece (at most
+    :data:`MAX_STATES`, atoms first); the distinct states of ``n`` draws where it is sampled."""
+    return _capped(*_states(graph.terminal, n, graph.source.dtype), MAX_STATES)
 
 
 def broadcast(measure: Measure, batch: int) -> Measure:

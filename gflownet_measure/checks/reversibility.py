@@ -8,6 +8,10 @@ with :math:`e` = ``graph.encode`` and the envelope :math:`g(s) = \\exp(-\\|e(s)\
 compared with the terminal measure, :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`. Each side is also
 split by pair type (from :math:`s_0`, inner, into the sink) and by kernel component, so that a failure says where the
 two measures differ.
+
+Where :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure`, its outer integrals
+are the importance-sampling sums :math:`\\sum_m w_m \\int f(x_m, s')\\, \\kappa(x_m, ds')` over its draws, and their
+variance (the sample variance of the ``M`` i.i.d. terms, inner noise included) enters the tolerance.
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from torch import Tensor
 
 from ..graph import PointedGraph
 from ..measures import WeightedPoints
-from .integration import EXACT_RTOL, QUADRATURE_SAFETY, Z_SCORE, Rule, graph_pieces, integrate, nodes, pair_method
+from ..sampled import SampledMeasure
+from .integration import EXACT_RTOL, QUADRATURE_SAFETY, Z_SCORE, Rule, exact_graph, integrate, nodes, pair_method, sampled_measures
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 from .support import component_name
 
@@ -93,13 +98,17 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
     nodes times the larger of the state's coordinates and the ``K`` test functions; a chunk that comes out larger is
     halved and redone (states differ in their number of pieces), so that a :math:`\\nu` with many pieces (the DAG x Theta
     space) stays within memory; every test function reuses a chunk's nodes. Pairs are typed by their first state
-    (:math:`s_0` or not) and whether the second is the sink.
+    (:math:`s_0` or not) and whether the second is the sink. Outer Monte Carlo nodes of weight zero or at the sink (a
+    sampled :math:`\\nu`'s draws outside its support) are zero terms of the outer sum: never passed to the kernel,
+    but counted in its variance.
     """
     keep = outer.mask[0] & ~outer.sink[0]
     order = _structure_order(kernel, outer.x[0][keep])
     idx = keep.nonzero()[:, 0][order]
-    sub = WeightedPoints(outer.x[:, idx], outer.sink[:, idx], outer.log_w[:, idx], outer.mask[:, idx], outer.component[idx], outer.n_atoms)
-    s, w_out = sub.x[0], sub.log_w[0].exp()
+    zero = (~keep & ~outer.exact).nonzero()[:, 0]
+    rows = torch.cat([idx, zero])
+    sub = WeightedPoints(outer.x[:, rows], outer.sink[:, rows], outer.log_w[:, rows], outer.mask[:, rows], outer.component[rows], outer.n_atoms)
+    s, w_out = outer.x[0][idx], outer.log_w[0][idx].exp()
     K, width = fs.a.shape[0], max(s.shape[1], fs.a.shape[0])
     first = kernel(s[:1])
     C = first.n_components
@@ -128,7 +137,8 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         slot = (kind * C + inner.component).flatten()  # [N M]: pair type and component of each node
         groups.index_add_(1, slot, (w_out[i : i + len(x), None] * terms).flatten(1))
         i += len(inner.x)
-    est, var, mass = torch.cat(est, 1), torch.cat(var, 1), torch.cat(mass, 1)
+    pad = [torch.zeros(K, len(zero), dtype=torch.float64)]
+    est, var, mass = torch.cat(est + pad, 1), torch.cat(var + pad, 1), torch.cat(mass + pad, 1)
     out = [integrate(sub, est[k][None], var[k][None]) for k in range(K)]
     return Side(
         torch.cat([e for e, _ in out]),
@@ -147,11 +157,13 @@ class _Integrals(NamedTuple):
     sink: tuple[Tensor, Tensor, Tensor]
 
 
-def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule) -> _Integrals:
+def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int) -> _Integrals:
     """:math:`\\int f\\, d(\\nu \\otimes \\kappa)`, :math:`\\int f\\, d\\,\\mathrm{swap}(\\nu \\otimes \\kappa_b)` and the sink term
-    :math:`\\int f(s, \\bot)\\, \\kappa_b(\\bot, ds)` for the test functions ``fs``, every piece integrated by ``rule``."""
-    nu = nodes(graph.nu, rule)
-    terminal = nodes(graph.terminal, rule)
+    :math:`\\int f(s, \\bot)\\, \\kappa_b(\\bot, ds)` for the test functions ``fs``, every piece integrated by ``rule``,
+    a sampled :math:`\\nu` or terminal measure by its draws from a generator seeded with ``seed`` (the same draws for every rule)."""
+    draws = torch.Generator().manual_seed(seed)
+    nu = nodes(graph.nu, rule, draws)
+    terminal = nodes(graph.terminal, rule, draws)
     lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule)
     rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule)
     t_sink = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M]
@@ -159,17 +171,24 @@ def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule) -> _Integrals
     return _Integrals(lhs, rhs, tuple(torch.cat(col) for col in zip(*sink_terms)))
 
 
-def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule: Rule) -> tuple[Tensor, str]:
+def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule: Rule, seed: int) -> tuple[Tensor, str]:
     """The estimation-error part of the tolerance ``[K]`` and the rule's name (see :mod:`.integration`)."""
-    if not graph_pieces(graph):
+    if exact_graph(graph):
         return torch.zeros_like(fine.lhs.est), "exact sums over atoms"
+    drawn = "".join(f"; {m.label} by {rule.n} importance-sampling draws" for m in sampled_measures(graph))
     if rule.method == "mc":
-        return Z_SCORE * (fine.lhs.var + fine.rhs.var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece, {Z_SCORE:g} standard errors"
-    coarse = _integrals(graph, fs, rule._replace(coarse=True))
+        return Z_SCORE * (fine.lhs.var + fine.rhs.var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece{drawn}, {Z_SCORE:g} standard errors"
+    coarse = _integrals(graph, fs, rule._replace(coarse=True), seed)
     change = (fine.lhs.est - coarse.lhs.est).abs() + (fine.rhs.est - coarse.rhs.est).abs() + (fine.sink[0] - coarse.sink[0]).abs()
     # pooled: the rule's error on this graph is seen by every test function alike, and one function's change can vanish
     # by chance where an integrand jumps (a kernel switching components across nu; the quarter disc at 8 x 8 nodes)
-    return QUADRATURE_SAFETY * change.max().expand_as(change), f"quadrature, {rule.n} nodes per piece, {QUADRATURE_SAFETY:g} x the largest change from 3/4 of the nodes per coordinate"
+    how = f"quadrature, {rule.n} nodes per piece, {QUADRATURE_SAFETY:g} x the largest change from 3/4 of the nodes per coordinate"
+    quadrature = QUADRATURE_SAFETY * change.max().expand_as(change)
+    if not drawn:
+        return quadrature, how
+    # the outer sums over sampled measures are Monte Carlo whatever the rule: their standard errors add to the quadrature's change
+    var = (fine.lhs.var + fine.rhs.var) * isinstance(graph.nu, SampledMeasure) + fine.sink[1] * isinstance(graph.terminal, SampledMeasure)
+    return quadrature + Z_SCORE * var.sqrt(), f"{how}{drawn}, plus {Z_SCORE:g} standard errors"
 
 
 def _largest(side: Side, k: int, kind: int, label: str) -> str:
@@ -192,14 +211,16 @@ def _located(r: _Integrals, k: int) -> str:
 def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:
     """eq. 4: :math:`\\int f\\, d(\\nu\\otimes\\kappa) = \\int f(s, s')\\, \\nu(ds')\\kappa_b(s', ds)` for random ``f``, sink pairs included.
 
-    ``method``: ``"auto"``, ``"mc"`` or ``"quadrature"`` (:func:`~gflownet_measure.checks.integration.pair_method`). Each
+    ``method``: ``"auto"``, ``"mc"`` or ``"quadrature"`` (:func:`~gflownet_measure.checks.integration.pair_method`; a sampled
+    :math:`\\nu` or terminal measure is integrated by its own draws under each, module docstring). Each
     test function is one comparison of :math:`|\\text{lhs} - \\text{rhs}|` with its tolerance; the size it is judged
     against (undecided above :data:`~gflownet_measure.checks.results.POWER`) is the larger of :math:`|\\text{lhs}|` and :math:`|\\text{rhs}|`.
     """
     rule = Rule(pair_method(graph, method), n)
     fs = test_functions(graph, n_functions, gen)
-    r = _integrals(graph, fs, rule)
-    statistical, how = _statistical(graph, fs, r, rule)
+    seed = int(torch.randint(2**62, (), generator=gen))  # the draws of sampled measures, repeated by the coarse rule
+    r = _integrals(graph, fs, rule, seed)
+    statistical, how = _statistical(graph, fs, r, rule, seed)
     rhs = r.rhs.est + r.sink[0]
     diff = (r.lhs.est - rhs).abs()
     tol = statistical + EXACT_RTOL * (1 + r.lhs.mass + r.rhs.mass + r.sink[2])

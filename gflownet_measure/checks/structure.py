@@ -8,6 +8,7 @@ from torch import Tensor
 from ..densities import Policy, UniformPolicy
 from ..exact import index_of
 from ..graph import PointedGraph
+from ..measures import Measure
 from .integration import nu_states
 from .results import CONDITIONS, CheckResult
 
@@ -16,6 +17,11 @@ __all__ = ["check_reachability", "check_absorbing_sink", "check_source_has_no_pa
 
 def _walk_policy(kernel, fallback: Policy | None) -> Policy:
     return fallback if fallback is not None else UniformPolicy(kernel)
+
+
+def _enumerated(graph: PointedGraph) -> bool:
+    """:math:`\\nu` is a list of atoms, so eq. 1 and eq. 7 can be searched exactly (not pieces, not a sampling rule)."""
+    return isinstance(graph.nu, Measure) and not graph.nu.pieces
 
 
 def _atom_states(graph: PointedGraph) -> Tensor:
@@ -74,12 +80,12 @@ def _walk(graph: PointedGraph, policy: Policy, x: Tensor, forward: bool) -> tupl
 def check_reachability(graph: PointedGraph, n: int, pb: Policy | None = None) -> CheckResult:
     """eq. 1: every state of :math:`\\nu` is reachable from :math:`s_0`.
 
-    Exact search when :math:`\\nu` is made of atoms; otherwise backward walks with ``pb`` (uniform by default) from
-    states drawn from :math:`\\nu`, which must reach :math:`s_0` within ``N`` steps. The walks start at states that need not
+    Exact search when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`) backward walks with
+    ``pb`` (uniform by default) from states drawn from :math:`\\nu`, which must reach :math:`s_0` within ``N`` steps. The walks start at states that need not
     be terminal, so the reward, a density on the terminal states only, is not evaluated.
     """
     name = CONDITIONS["reachability"]
-    if not graph.nu.pieces:
+    if _enumerated(graph):
         states = _atom_states(graph)
         seen = _source_mask(graph, states)
         frontier = seen.clone()
@@ -124,11 +130,11 @@ def check_sink_mass(graph: PointedGraph, n: int) -> CheckResult:
 def check_finite_absorption(graph: PointedGraph, n: int, pf: Policy | None = None) -> CheckResult:
     """eq. 7: :math:`\\kappa^N(s_0, \\cdot)` is concentrated on the sink (no dead ends, no cycles longer than ``N``).
 
-    Exact propagation for ``N`` steps when :math:`\\nu` is made of atoms; otherwise ``n`` forward walks with ``pf``
-    (uniform by default), whose terminal states (where the walks stop) get their reward evaluated.
+    Exact propagation for ``N`` steps when :math:`\\nu` is a list of atoms; otherwise (pieces, or a sampled :math:`\\nu`)
+    ``n`` forward walks with ``pf`` (uniform by default), whose terminal states (where the walks stop) get their reward evaluated.
     """
     name = CONDITIONS["absorption"]
-    if not graph.nu.pieces:
+    if _enumerated(graph):
         states = _atom_states(graph)
         frontier = _source_mask(graph, states)
         dead = []

@@ -20,6 +20,7 @@ from ..exact import index_of
 from ..graph import PointedGraph
 from ..kernels import Kernel
 from ..measures import Atoms, Measure
+from ..sampled import SampledMeasure
 from .integration import broadcast, draw_coordinates, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
@@ -73,7 +74,11 @@ WRITTEN_ATOL = 1e-6  # relative; the tolerance of ``Chart.contains``
 def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
     """``(held [B], written [B])``: ``x`` lies in the support of :math:`\\nu` (atoms by exact match, pieces by their
     charts), and is written as :math:`\\nu`'s chart writes that point (``forward(inverse(x)) = x``; an angle of a
-    periodic piece taken modulo its period: ``contains`` accepts any representative, the reward and the policies see this one)."""
+    periodic piece taken modulo its period: ``contains`` accepts any representative, the reward and the policies see this one).
+    A sampled :math:`\\nu` has no chart to write with: ``held`` is its ``contains``, and ``written`` the same."""
+    if isinstance(graph.nu, SampledMeasure):
+        held = graph.nu.contains(x).bool()
+        return held, held
     a = graph.nu.atoms
     atoms = a.x[0][a.mask[0] & ~a.sink[0]]
     held = index_of(atoms, x) >= 0 if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
@@ -134,11 +139,21 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
 
     def not_in_nu(i: int, bad: int, total: int) -> str:
         if not held[i]:
-            return f"{side} move leaves the support of nu: {where(i)}, which no component of nu holds ({bad} of {total} {side} moves); a step off the state space or a piece missing from nu?"
+            rejects = f"nu ({graph.nu.label}).contains rejects" if isinstance(graph.nu, SampledMeasure) else "no component of nu holds"
+            return f"{side} move leaves the support of nu: {where(i)}, which {rejects} ({bad} of {total} {side} moves); a step off the state space or a piece missing from nu?"
         return (f"{side} move leaves nu's coordinates: {where(i)}, a point of nu that nu's chart writes otherwise ({bad} of {total} {side} moves); "
                 "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates")
 
     return [_first_violation(back, not_reversible), _first_violation(held & written, not_in_nu)]
+
+
+def _in_terminal(graph: PointedGraph, x: Tensor) -> Tensor:
+    """``[B]`` bool: the states ``x`` lie in the support of the terminal measure (its ``contains`` where it is sampled)."""
+    if not len(x):
+        return torch.ones(0, dtype=torch.bool)
+    if isinstance(graph.terminal, SampledMeasure):
+        return graph.terminal.contains(x).bool()
+    return _holds(broadcast(graph.terminal, len(x)), x)
 
 
 def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Finding]:
@@ -146,7 +161,7 @@ def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Findi
     a = graph.kappa(s).atoms
     stops = (a.mask & a.sink).any(1)
     x = s[stops]
-    held = _holds(broadcast(graph.terminal, len(x)), x) if len(x) else torch.ones(0, dtype=torch.bool)
+    held = _in_terminal(graph, x)
     b = graph.kappa(terminal).atoms
     can_stop = (b.mask & b.sink).any(1)
     return [
@@ -164,7 +179,9 @@ def check_support(graph: PointedGraph, n: int) -> CheckResult:
     has :math:`s \\in \\mathrm{supp}\\, \\kappa_b(s', \\cdot)` and :math:`s' \\in \\mathrm{supp}\\, \\nu`; every move
     :math:`s' \\to s` of :math:`\\kappa_b(s', \\cdot)` has :math:`s' \\in \\mathrm{supp}\\, \\kappa(s, \\cdot)` and
     :math:`s \\in \\mathrm{supp}\\, \\nu`; a state with the sink atom lies in ``graph.terminal``, and every state drawn
-    from ``graph.terminal`` has the sink atom. The estimate counts the violations; the detail locates the first.
+    from ``graph.terminal`` has the sink atom. The estimate counts the violations; the detail locates the first. Where
+    :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure`, states are drawn by its
+    rule and membership is its ``contains``.
     """
     s = nu_states(graph, n)
     findings = _reversible(graph, s, graph.kappa, graph.kappa_b, True)
@@ -215,10 +232,11 @@ def _round_trip(label: str, measure: Measure, per_piece: int) -> tuple[int, int,
 
 def check_charts(graph: PointedGraph, n: int) -> CheckResult:
     """Every chart inverts itself: :math:`\\varphi_s^{-1}(\\varphi_s(u)) = u`, :math:`\\varphi_s(u) \\in M_s` (``contains``) and
-    :math:`\\log|J_s(u)|` finite, at random ``u`` on the pieces of :math:`\\nu`, the terminal measure, and of :math:`\\kappa`
-    and :math:`\\kappa_b` at states drawn from :math:`\\nu`."""
+    :math:`\\log|J_s(u)|` finite, at random ``u`` on the pieces of :math:`\\nu`, the terminal measure (where enumerated: a
+    sampled one has no charts), and of :math:`\\kappa` and :math:`\\kappa_b` at states drawn from :math:`\\nu`."""
     s = nu_states(graph, n)
-    labelled = (("nu", graph.nu, n), ("terminal", graph.terminal, n), ("kappa", graph.kappa(s), MOVES_PER_PIECE), ("kappa_b", graph.kappa_b(s), MOVES_PER_PIECE))
+    listed = tuple((label, m, n) for label, m in (("nu", graph.nu), ("terminal", graph.terminal)) if isinstance(m, Measure))
+    labelled = listed + (("kappa", graph.kappa(s), MOVES_PER_PIECE), ("kappa_b", graph.kappa_b(s), MOVES_PER_PIECE))
     bad, total, first = 0, 0, ""
     for label, measure, per_piece in labelled:
         b, t, msg = _round_trip(label, measure, per_piece)

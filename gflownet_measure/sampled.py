@@ -1,0 +1,74 @@
+"""Reference measures given by an importance-sampling rule instead of a list of atoms and pieces.
+
+The reference measure :math:`\\nu` of a pointed graph (Lahlou et al. 2023, Definition 1) and the terminal measure
+:math:`\\kappa_b(\\bot, \\cdot)` enter the theory only through integrals: eq. 4,
+:math:`\\nu \\otimes \\kappa = \\mathrm{swap}(\\nu \\otimes \\kappa_b)`, integrates test functions against them. Where
+the support cannot be listed (the DAG x Theta space of JSP-GFN, :math:`\\nu = \\sum_G \\delta_{(G, \\#)} +
+\\sum_G \\mathrm{Leb}(\\Theta_G)` over some 10^70 DAGs at d = 20) a :class:`SampledMeasure` describes :math:`\\mu` by
+
+- a rule drawing ``M`` i.i.d. points :math:`x_m \\sim q` with log-weights
+  :math:`\\log w_m = \\log \\frac{d\\mu}{dq}(x_m) - \\log M`, so that for every :math:`\\mu`-integrable ``f``
+
+  .. math:: \\mathbb E\\Big[\\sum_{m=1}^M w_m f(x_m)\\Big] = \\int f\\, d\\mu;
+
+  (:math:`\\frac{d\\mu}{dq}` is the reference density over the proposal density, e.g. :math:`|J| / q(u)` on a
+  chart; a draw outside the support of :math:`\\mu` has :math:`w_m = 0`, ``log_w = -inf``);
+- a membership test :math:`x \\in \\mathrm{supp}\\, \\mu`.
+
+The theory checks (:mod:`gflownet_measure.checks`) then draw states from it and integrate eq. 4 over it by Monte
+Carlo, with the sample variance of the ``M`` i.i.d. terms as the estimate's variance.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .measures import WeightedPoints
+
+__all__ = ["SampledMeasure"]
+
+
+@dataclass(frozen=True)
+class SampledMeasure:
+    """A measure :math:`\\mu` on states given by an unbiased importance-sampling rule and a support test (module docstring).
+
+    Attributes:
+        draw: ``draw(n, generator) -> (x [M, D], sink [M] bool, log_w [M])``: ``M`` i.i.d. draws (``M = n`` as a rule) with
+            :math:`\\mathbb E[\\sum_m e^{\\text{log\\_w}_m} f(x_m)] = \\int f\\, d\\mu`; ``log_w = -inf`` marks a draw
+            of weight zero, whose ``x`` must still be a state ``encode`` accepts (it is masked out of every integral).
+            ``generator`` (possibly ``None``: torch's global one) drives every random number, so that one seed repeats the draws.
+        contains: ``contains(x [B, D]) -> [B] bool``: :math:`x \\in \\mathrm{supp}\\, \\mu` (``x`` never the sink).
+        label: names the measure in reports.
+    """
+
+    draw: Callable[[int, torch.Generator | None], tuple[Tensor, Tensor, Tensor]]
+    contains: Callable[[Tensor], Tensor]
+    label: str = "sampled measure"
+
+    def drawn(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``draw(n, generator)`` checked: ``x [M, D]``, ``sink [M]`` bool, ``log_w [M]`` in float64, neither NaN nor ``+inf``."""
+        x, sink, log_w = self.draw(n, generator)
+        if x.dim() != 2 or sink.shape != x.shape[:1] or log_w.shape != x.shape[:1]:
+            raise ValueError(f"{self.label}: draw must return x [M, D], sink [M] and log_w [M], got {tuple(x.shape)}, {tuple(sink.shape)}, {tuple(log_w.shape)}")
+        log_w = log_w.double()
+        if (torch.isnan(log_w) | (log_w == float("inf"))).any():
+            raise ValueError(f"{self.label}: draw returned a log-weight that is NaN or +inf; a log-weight must be finite or -inf")
+        return x, sink.bool(), log_w
+
+    def states(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``[M', D]``: the states drawn by ``draw(n, generator)`` that carry weight (not the sink, ``log_w > -inf``)."""
+        x, sink, log_w = self.drawn(n, generator)
+        return x[~sink & (log_w > float("-inf"))]
+
+    def weighted_points(self, n: int, generator: torch.Generator | None = None) -> WeightedPoints:
+        """The draws as a batch-one :class:`~gflownet_measure.measures.WeightedPoints` (``x [1, M, D]`` in float64), all
+        of one Monte Carlo component (``n_atoms = 0``), so that
+        :func:`~gflownet_measure.checks.integration.integrate` estimates the variance of :math:`\\sum_m w_m f(x_m)` as
+        the sample variance of :math:`M w_m f(x_m)` over ``M``; draws of weight zero stay in as masked nodes, which count
+        as zero terms of that variance."""
+        x, sink, log_w = self.drawn(n, generator)
+        M = len(x)
+        return WeightedPoints(x.double()[None], sink[None], log_w[None], (log_w > float("-inf"))[None], torch.zeros(M, dtype=torch.long), 0)

@@ -34,10 +34,16 @@ from gflownet_measure.sampled import SampledMeasure
 from .dags import transitive_closure
 from .states import ActiveFn, join, split
 
-__all__ = ["PROPOSAL_EDGES_PER_NODE", "draw_dags", "is_dag", "sampled_measures"]
+__all__ = ["PROPOSAL_EDGE_ODDS", "PROPOSAL_SCALE", "draw_dags", "is_dag", "sampled_measures"]
 
-PROPOSAL_EDGES_PER_NODE = 1.0
-"""Expected edges per node of the proposal over graphs: :math:`p = \\min(1/2, 2 k / (d - 1))`."""
+PROPOSAL_EDGE_ODDS = math.exp(-math.pi)
+"""Odds :math:`p / (1 - p)` of each edge under the proposal over graphs: those of the theory checks' envelope, which
+weighs a graph by :math:`e^{-\\pi}` per edge (an adjacency entry 1), so that the checks' integrals over graphs are
+sampled where their mass is (about :math:`0.04\\, d(d-1)/2` edges)."""
+PROPOSAL_SCALE = 1 / math.sqrt(2 * math.pi)
+"""Standard deviation :math:`c` of the Gaussian proposal on each parameter: that of the theory checks' envelope
+:math:`e^{-\\pi \\theta_i^2}` (:mod:`gflownet_measure.checks.reversibility`), so that the importance weights of eq. 4's
+integrals stay bounded with 2,220 parameters, where a wider proposal's variance grows exponentially in their number."""
 
 
 def is_dag(adj: Tensor) -> Tensor:
@@ -48,7 +54,7 @@ def is_dag(adj: Tensor) -> Tensor:
 def draw_dags(n: int, d: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """``n`` graphs ``adj [n, d, d]`` from the order proposal of the module docstring and their log-weights
     :math:`\\log h(\\pi | G) - \\log q(G, \\pi)` ``[n]`` float64, so that :math:`\\frac1n \\sum_k w_k f(G_k)` estimates :math:`\\sum_G f(G)`."""
-    p = min(0.5, 2 * PROPOSAL_EDGES_PER_NODE / (d - 1)) if d > 1 else 0.5
+    p = PROPOSAL_EDGE_ODDS / (1 + PROPOSAL_EDGE_ODDS)
     order = torch.rand(n, d, generator=generator).argsort(1)  # [n, d]: order[b, t] = the node at position t
     position = order.argsort(1)  # [n, d]: the position of each node
     forward = position[:, :, None] < position[:, None, :]  # i before j
@@ -99,7 +105,7 @@ def _draw(d: int, n_params: int, active: ActiveFn, max_parents: int | None, scal
     return x, torch.zeros(n, dtype=torch.bool), log_w - log_q_theta - math.log(n)
 
 
-def sampled_measures(d: int, n_params: int, active: ActiveFn, max_parents: int | None = None, proposal_scale: float = 1.5) -> tuple[SampledMeasure, SampledMeasure]:
+def sampled_measures(d: int, n_params: int, active: ActiveFn, max_parents: int | None = None, proposal_scale: float = PROPOSAL_SCALE) -> tuple[SampledMeasure, SampledMeasure]:
     """:math:`\\nu` and the terminal measure of the DAG x Theta space as importance rules (module docstring)."""
 
     def measure(terminal_only: bool, label: str) -> SampledMeasure:

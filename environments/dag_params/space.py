@@ -40,7 +40,7 @@ from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.transforms import Chart
 
 from .dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
-from .reference import sampled_measures
+from .reference import PROPOSAL_SCALE, sampled_measures
 from .states import ActiveFn, join, split
 
 __all__ = ["ThetaChart", "DagKernel", "enumerated_measures", "make_space"]
@@ -53,10 +53,11 @@ class ThetaChart(Chart):
 
     relative to Lebesgue measure on the active coordinates :math:`\\Theta_G` = ``active(adj)`` of the anchor's graph
     (:meth:`~gflownet_measure.transforms.Chart.active`); ``U = R^P``, the inactive coordinates 0.
-    ``proposal_scale``: of the Gaussian on :math:`\\mathbb R` that Monte Carlo integrals and exploration draw from.
+    ``proposal_scale``: of the Gaussian on :math:`\\mathbb R` that Monte Carlo integrals and exploration draw from, by default
+    :data:`~environments.dag_params.reference.PROPOSAL_SCALE`.
     """
 
-    def __init__(self, d: int, n_params: int, active: ActiveFn, proposal_scale: float = 1.5):
+    def __init__(self, d: int, n_params: int, active: ActiveFn, proposal_scale: float = PROPOSAL_SCALE):
         self.d, self.n_params, self._active = d, n_params, active
         dd = d * d
         self.domain = Box((-math.inf,) * n_params, (math.inf,) * n_params, proposal_scale=proposal_scale)
@@ -103,7 +104,7 @@ class DagKernel(Kernel):
             edge_mask = flat.gather(1, edges) & inter[:, None]
         toggled = flat[:, None, :].expand(B, edges.shape[1], d * d).clone()
         toggled.scatter_(2, edges[:, :, None], ~toggled.gather(2, edges[:, :, None]))  # G with edge e flipped
-        edge_x = join(toggled.reshape(-1, d, d), self.n_params, dtype=s.dtype).reshape(B, edges.shape[1], -1)
+        edge_x = join(toggled.reshape(-1, d, d), self.n_params, dtype=s.dtype).reshape(B, edges.shape[1], s.shape[1])
         if self.forward:
             x = torch.cat([edge_x, s[:, None]], 1)
             mask = torch.cat([edge_mask, stopped[:, None]], 1)

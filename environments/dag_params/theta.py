@@ -89,6 +89,15 @@ class DiagNormalTheta(MaskedNormalTheta):
     def __getitem__(self, rows) -> DiagNormalTheta:
         return DiagNormalTheta(self.loc[rows], self.scale[rows], self.active[rows])
 
+    @property
+    def mean(self) -> Tensor:
+        return torch.where(self.active, self.loc, 0.0)
+
+    @property
+    def variance(self) -> Tensor:
+        """:math:`\\sigma^2` on the active coordinates, 0 elsewhere (the samples are exactly 0 there)."""
+        return torch.where(self.active, self.scale.square(), 0.0)
+
     def _draw(self, n: int) -> Tensor:
         eps = torch.randn((n, *self.loc.shape), dtype=self.loc.dtype, device=self.loc.device)  # [S, B, P]
         return torch.where(self.active, self.loc + self.scale * eps, 0.0)
@@ -130,6 +139,19 @@ class FullNormalTheta(MaskedNormalTheta):
 
     def __getitem__(self, rows) -> FullNormalTheta:
         return FullNormalTheta(self.loc[rows], self.prec_chol[rows], self.adj[rows])
+
+    @property
+    def mean(self) -> Tensor:
+        return (self.loc * self.adj).flatten(-2)
+
+    @property
+    def covariance_matrix(self) -> Tensor:
+        """``[B, d^2, d^2]``: :math:`\\mathrm{Cov}(\\theta_{ij}, \\theta_{kl}) = [j = l]\\, ((U_j^\\top U_j)^{-1})_{ik}` on the parents, 0 off the edges."""
+        B, d = self.adj.shape[:2]
+        inv = torch.linalg.solve_triangular(self.prec_chol, torch.eye(d, dtype=self.prec_chol.dtype).expand_as(self.prec_chol), upper=True)  # U_j^{-1}
+        cov = inv @ inv.transpose(-1, -2) * (self.adj.transpose(1, 2)[..., :, None] * self.adj.transpose(1, 2)[..., None, :])  # [B, j, i, k]
+        full = torch.einsum("bjik,jl->bijkl", cov, torch.eye(d, dtype=cov.dtype))
+        return full.reshape(B, d * d, d * d)
 
     def _draw(self, n: int) -> Tensor:
         loc = self.loc

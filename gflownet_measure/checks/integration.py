@@ -33,8 +33,8 @@ from ..measures import Atoms, Box, Measure, Piece, WeightedPoints
 from ..sampled import SampledMeasure
 
 __all__ = [
-    "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "METHODS",
-    "Rule", "integrate", "sampled_measures", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates",
+    "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "STATE_BUDGET", "max_states", "METHODS",
+    "Rule", "integrate", "sampled_measures", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates", "draw_on",
 ]
 
 Z_SCORE = 5.0
@@ -51,6 +51,10 @@ does not fall monotonically with the nodes; measured there (rho 0.1 to 0.5, 8 x 
 fine rule was at most 0.76 of the change (against half the nodes per coordinate: 0.81; one node fewer: 3.3)."""
 MAX_STATES = 2048
 """States drawn from nu for the pointwise checks: a random subset beyond it (an SDE's T levels of n points each)."""
+STATE_BUDGET = 2**26
+"""Numbers the kernel's atoms may hold over the states of a pointwise check (256 MB in float32): where one kernel
+evaluation is large (the DAG x Theta space at d = 20 has 401 atoms of 2,621 numbers per state) the checks run on
+``STATE_BUDGET / (atoms x state size)`` states instead of :data:`MAX_STATES` (at least 16), and say how many."""
 METHODS = ("auto", "mc", "quadrature")
 MARGIN = 1e-4
 
@@ -144,13 +148,21 @@ def draw_coordinates(box: Box, m: int, dtype) -> Tensor:
     return torch.stack(cols, -1).to(dtype) if cols else torch.zeros(m, 0, dtype=dtype)
 
 
+def draw_on(chart, context: Tensor) -> Tensor:
+    """One random coordinate vector per anchor ``context [m, D]`` (:func:`draw_coordinates`), 0 on the coordinates a chart of
+    varying dimension leaves inactive there (:meth:`~gflownet_measure.transforms.Chart.active`)."""
+    u = draw_coordinates(chart.domain, len(context), context.dtype)
+    active = chart.active(context)
+    return u if active is None else torch.where(active, u, torch.zeros_like(u))
+
+
 def _draws(measure: Measure, n: int, dtype) -> tuple[Tensor, Tensor]:
     """The atoms ``[A, D]`` of the batch-one ``measure`` (no sink) and ``n`` random points on each of its pieces ``[P, D]``."""
     a = measure.atoms
     points = [torch.zeros(0, a.x.shape[2], dtype=dtype)]
     for p in measure.pieces:
         if bool(p.mask[0]):
-            u = draw_coordinates(p.chart.domain, n, p.context.dtype)
+            u = draw_on(p.chart, p.context[:1].expand(n, -1))
             points.append(p.chart.forward(p.context[:1].expand(n, -1), u).to(dtype))
     return a.x[0][a.mask[0] & ~a.sink[0]].to(dtype), torch.cat(points)
 
@@ -181,13 +193,20 @@ def nu_states(graph: PointedGraph, n: int, dtype=None) -> Tensor:
     dtype = dtype or graph.source.dtype
     atoms, points = _states(graph.nu, n, dtype)
     atoms, points = atoms[~graph.is_source(atoms)], points[~graph.is_source(points)]
-    return torch.cat([graph.source[None].to(dtype), _capped(atoms, points, MAX_STATES - 1)])
+    return torch.cat([graph.source[None].to(dtype), _capped(atoms, points, max_states(graph) - 1)])
+
+
+def max_states(graph: PointedGraph) -> int:
+    """:data:`MAX_STATES`, or fewer where the kernels' atoms at that many states would exceed :data:`STATE_BUDGET` numbers."""
+    s0 = graph.source[None]
+    per_state = max(graph.kappa(s0).atoms.count, graph.kappa_b(s0).atoms.count, 1) * graph.state_dim
+    return max(16, min(MAX_STATES, STATE_BUDGET // per_state))
 
 
 def terminal_states(graph: PointedGraph, n: int) -> Tensor:
     """``[M, D]``: the atoms of the terminal measure :math:`\\kappa_b(\\bot, \\cdot)` and ``n`` random points per piece (at most
     :data:`MAX_STATES`, atoms first); the distinct states of ``n`` draws where it is sampled."""
-    return _capped(*_states(graph.terminal, n, graph.source.dtype), MAX_STATES)
+    return _capped(*_states(graph.terminal, n, graph.source.dtype), max_states(graph))
 
 
 def broadcast(measure: Measure, batch: int) -> Measure:

@@ -13,12 +13,12 @@ import math
 
 import torch
 from torch import Tensor
-from torch.distributions import Beta, MultivariateNormal
+from torch.distributions import Beta, Independent, MultivariateNormal, Normal
 
 from ..densities import KernelDensity, Policy
 from ..graph import PointedGraph
 from ..measures import Box, Measure, WeightedPoints
-from .integration import QUADRATURE_SAFETY, Z_SCORE, Rule, integrate, nodes, nu_states
+from .integration import QUADRATURE_SAFETY, STATE_BUDGET, Z_SCORE, Rule, integrate, nodes, nu_states
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 
 __all__ = ["PROPOSAL_WIDENING", "FIT_DRAWS", "DEFENSIVE", "policy_nodes", "check_normalised"]
@@ -34,13 +34,14 @@ CONCENTRATION = (0.05, 1e3)  # fitted Beta concentrations are kept within these 
 
 
 def _moments(density: KernelDensity, c: int, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean ``[R, k]`` and covariance ``[R, k, k]`` (float64) of the policy's coordinate density of piece ``c`` at the ``R``
-    rows: the distribution's own when it states them (finite; a diagonal one from ``variance``), else those of
-    :data:`FIT_DRAWS` draws. Wrong moments only make the proposal worse, never the estimate biased."""
+    """Mean ``[R, k]`` and covariance (float64) of the policy's coordinate density of piece ``c`` at the ``R`` rows: the
+    distribution's own when it states them (finite), as variances ``[R, k]`` for a diagonal one (no ``k x k`` matrix: a
+    DAG's 2,220 MLP parameters) or a matrix ``[R, k, k]``, else the matrix of :data:`FIT_DRAWS` draws. Wrong moments
+    only make the proposal worse, never the estimate biased."""
     q = density.coords[c](rows)
     try:
         mean = q.mean.double()
-        cov = q.covariance_matrix.double() if hasattr(q, "covariance_matrix") else torch.diag_embed(q.variance.double())
+        cov = q.covariance_matrix.double() if hasattr(q, "covariance_matrix") else q.variance.double()
         if bool(torch.isfinite(mean).all() & torch.isfinite(cov).all()):
             return mean, cov
     except NotImplementedError:
@@ -50,13 +51,18 @@ def _moments(density: KernelDensity, c: int, rows: Tensor) -> tuple[Tensor, Tens
     return draws.mean(0), torch.einsum("nri,nrj->rij", centred, centred) / (FIT_DRAWS - 1)
 
 
+def _variances(cov: Tensor) -> Tensor:
+    """``[R, k]``: the variances of a covariance given as variances ``[R, k]`` or as a matrix ``[R, k, k]``."""
+    return cov if cov.dim() == 2 else cov.diagonal(dim1=-2, dim2=-1)
+
+
 def _beta_proposal(box: Box, mean: Tensor, cov: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """``n`` nodes ``u [R, n, k]`` on the bounded ``box`` and their log-density: :math:`(1 - \\delta)\\prod_i \\mathrm{Beta}` with the
     policy's moments (mapped to ``[0, 1]``; moments of a density reaching beyond the box are clamped into it), the share
     :data:`DEFENSIVE` = :math:`\\delta` uniform."""
     lo = torch.tensor(box.low, dtype=torch.float64)
     width = torch.tensor(box.high, dtype=torch.float64) - lo
-    m, v = ((mean - lo) / width).clamp(1e-6, 1 - 1e-6), (cov.diagonal(dim1=-2, dim2=-1) / width.square()).clamp(min=1e-12)  # [R, k]
+    m, v = ((mean - lo) / width).clamp(1e-6, 1 - 1e-6), (_variances(cov) / width.square()).clamp(min=1e-12)  # [R, k]
     total = (m * (1 - m) / v - 1).clamp(min=2 * CONCENTRATION[0])
     beta = Beta((m * total).clamp(*CONCENTRATION), ((1 - m) * total).clamp(*CONCENTRATION))
     R, k = m.shape
@@ -69,18 +75,40 @@ def _beta_proposal(box: Box, mean: Tensor, cov: Tensor, n: int) -> tuple[Tensor,
     return lo + width * t, log_r
 
 
-def _gaussian_proposal(box: Box, mean: Tensor, cov: Tensor, n: int) -> tuple[Tensor, Tensor]:
+def _gaussian_proposal(box: Box, mean: Tensor, cov: Tensor, n: int, active: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """``n`` nodes ``u [R, n, k]`` from :math:`\\mathcal N(\\text{mean}, 1.05^2\\, \\Sigma)` with the policy's moments (an unbounded box), and their log-density.
 
     A fixed proposal is hopeless in high dimension: for a unit Gaussian and a proposal of scale ``s`` the weights'
     second moment grows as :math:`(s^2/\\sqrt{2s^2-1})^k` (:data:`PROPOSAL_WIDENING`); the full covariance follows a
     correlated density (JSP-GFN's full-covariance weights), whose weights against a diagonal proposal are heavy-tailed.
+    A diagonal covariance (variances ``[R, k]``, :func:`_moments`) is drawn coordinate by coordinate (no ``k x k`` matrix). On a chart of varying
+    dimension (``active [R, k]``) only the active coordinates are drawn: the others are 0 and their block of the
+    proposal, made independent of the active one, is left out of the density (the density w.r.t. Lebesgue measure on
+    the active coordinates).
     """
     k = mean.shape[-1]
-    jitter = 1e-12 * (1 + cov.diagonal(dim1=-2, dim2=-1).amax(-1))[:, None, None] * torch.eye(k, dtype=cov.dtype)
-    q = MultivariateNormal(mean, scale_tril=PROPOSAL_WIDENING * torch.linalg.cholesky(cov + jitter))
-    u = q.sample((n,))
-    return u.permute(1, 0, 2), q.log_prob(u).T
+    if active is not None:  # decouple the inactive block: unit variance there, no covariance with the active coordinates
+        mean = torch.where(active, mean, torch.zeros_like(mean))
+        if cov.dim() == 2:
+            cov = torch.where(active, cov, torch.ones_like(cov))
+        else:
+            cov = torch.where(active[:, :, None] & active[:, None, :], cov, torch.diag_embed(torch.ones_like(mean)))
+    per_coordinate = None
+    if cov.dim() == 2:  # a diagonal covariance, drawn coordinate by coordinate
+        q = Independent(Normal(mean, PROPOSAL_WIDENING * cov.clamp(min=1e-24).sqrt()), 1)
+        u = q.sample((n,))  # [n, R, k]
+        per_coordinate = q.base_dist.log_prob(u)
+    else:
+        jitter = 1e-12 * (1 + cov.diagonal(dim1=-2, dim2=-1).amax(-1))[:, None, None] * torch.eye(k, dtype=cov.dtype)
+        q = MultivariateNormal(mean, scale_tril=PROPOSAL_WIDENING * torch.linalg.cholesky(cov + jitter))
+        u = q.sample((n,))
+    log_q = q.log_prob(u)  # [n, R]
+    if active is not None:
+        # the inactive coordinates are independent N(0, 1.05^2) under q: divide their density out, then set them to 0
+        inactive = Normal(0.0, PROPOSAL_WIDENING).log_prob(u) if per_coordinate is None else per_coordinate
+        log_q = log_q - torch.where(active, torch.zeros_like(u), inactive).sum(-1)
+        u = torch.where(active, u, torch.zeros_like(u))
+    return u.permute(1, 0, 2), log_q.T
 
 
 def policy_nodes(measure: Measure, density: KernelDensity, n: int) -> WeightedPoints:
@@ -97,7 +125,10 @@ def policy_nodes(measure: Measure, density: KernelDensity, n: int) -> WeightedPo
             continue
         box = p.chart.domain
         mean, cov = _moments(density, c, rows)
-        u, log_r = (_beta_proposal if box.bounded else _gaussian_proposal)(box, mean, cov, n)  # [R, n, k], [R, n]
+        active = p.chart.active(p.context[rows])
+        if active is not None and box.bounded:
+            raise ValueError("the normalisation check draws a chart of varying dimension (Chart.active) from a Gaussian proposal: its box must be the real line")
+        u, log_r = _beta_proposal(box, mean, cov, n) if box.bounded else _gaussian_proposal(box, mean, cov, n, active)  # [R, n, k], [R, n]
         lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (box.low, box.high))
         inside = ((u >= lo) & (u <= hi)).all(-1)
         ctx = p.context[rows][:, None].expand(-1, n, -1).reshape(-1, p.context.shape[1])
@@ -122,7 +153,9 @@ def _integral(policy: Policy, s: Tensor, inner: WeightedPoints) -> tuple[Tensor,
     rows = torch.arange(len(s)).repeat_interleave(M)
     flat_mask = inner.mask.reshape(-1)
     dens = torch.zeros(len(s) * M, dtype=torch.float64)
-    log_p = policy(s[rows[flat_mask]]).log_prob(inner.x.reshape(len(s) * M, -1)[flat_mask].to(s.dtype), inner.sink.reshape(-1)[flat_mask])
+    origin, x, sink = s[rows[flat_mask]], inner.x.reshape(len(s) * M, -1)[flat_mask].to(s.dtype), inner.sink.reshape(-1)[flat_mask]
+    chunk = max(1, STATE_BUDGET // max(1, policy.kernel(s[:1]).atoms.count * s.shape[1]))  # the kernel's atoms at a chunk of nodes
+    log_p = torch.cat([policy(origin[i : i + chunk]).log_prob(x[i : i + chunk], sink[i : i + chunk]) for i in range(0, len(origin), chunk)]) if len(origin) else x.new_zeros(0)
     dens[flat_mask] = log_p.double().exp()
     est, var = integrate(inner, dens.reshape(len(s), M))
     return est, var, log_p

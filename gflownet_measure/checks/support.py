@@ -21,7 +21,7 @@ from ..graph import PointedGraph
 from ..kernels import Kernel
 from ..measures import Atoms, Measure
 from ..sampled import SampledMeasure
-from .integration import broadcast, draw_coordinates, nu_states, terminal_states
+from .integration import broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
 __all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
@@ -43,13 +43,13 @@ class Moves(NamedTuple):
 
 
 def moves(measure: Measure, per_piece: int = MOVES_PER_PIECE) -> Moves:
-    """Every present atom of ``measure`` (a kernel at ``B`` states) and ``per_piece`` random points (:func:`draw_coordinates`) on each present piece."""
+    """Every present atom of ``measure`` (a kernel at ``B`` states) and ``per_piece`` random points (:func:`~.integration.draw_on`) on each present piece."""
     a = measure.atoms
     rows, k = a.mask.nonzero(as_tuple=True)
     origin, xs, sinks, comps = [rows], [a.x[rows, k]], [a.sink[rows, k]], [k]
     for c, p in enumerate(measure.pieces):
         on = p.mask.nonzero()[:, 0].repeat_interleave(per_piece)
-        u = draw_coordinates(p.chart.domain, len(on), p.context.dtype)
+        u = draw_on(p.chart, p.context[on])
         origin.append(on)
         xs.append(p.chart.forward(p.context[on], u).to(a.x.dtype))
         sinks.append(torch.zeros(len(on), dtype=torch.bool))
@@ -207,7 +207,7 @@ def _round_trip(label: str, measure: Measure, per_piece: int) -> tuple[int, int,
         if not len(rows):
             continue
         ctx = p.context[rows]
-        u = draw_coordinates(p.chart.domain, len(rows), ctx.dtype)
+        u = draw_on(p.chart, ctx)
         x = p.chart.forward(ctx, u)
         back = p.chart.inverse(ctx, x)
         inside = p.chart.contains(ctx, x)

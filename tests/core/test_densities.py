@@ -46,3 +46,31 @@ def test_gumbel_max_never_draws_an_absent_component_even_when_a_uniform_is_zero(
     monkeypatch.setattr(torch, "rand", lambda shape, dtype=None, device=None: torch.zeros(shape, dtype=dtype))
     logits = torch.tensor([[float("-inf"), 0.0], [float("-inf"), -3.0]])
     assert gumbel_max(logits).tolist() == [1, 1]
+
+
+def test_the_reference_proposal_is_a_density_on_the_active_coordinates():
+    """ReferenceCoordinates (the exploration density of uniform_density): uniform on a bounded coordinate, N(0, c^2) on
+    the real line, only on the active ones; its log-density at its own draws equals the sum of the one-dimensional
+    densities (float64 round-off), its draws are 0 off the active coordinates, and on a bounded box without a mask it
+    draws what torch's Uniform draws from the same seed."""
+    import math
+
+    from torch.distributions import Independent, Uniform
+
+    from gflownet_measure.densities import ReferenceCoordinates
+    from gflownet_measure.measures import Box
+
+    box = Box((0.0, -math.inf), (2.0, math.inf), proposal_scale=1.5)
+    active = torch.tensor([[True, True], [False, True], [True, False]])
+    q = ReferenceCoordinates(box, 3, torch.float64, active)
+    u = q.sample()
+    assert (u[~active] == 0).all()
+    normal = -0.5 * (u[:, 1] / 1.5) ** 2 - math.log(1.5) - 0.5 * math.log(2 * math.pi)
+    expected = torch.where(active[:, 0], torch.tensor(-math.log(2.0), dtype=torch.float64), 0.0) + torch.where(active[:, 1], normal, 0.0)
+    assert torch.allclose(q.log_prob(u), expected, rtol=0, atol=1e-12)
+    bounded = Box((0.0, -1.0), (2.0, 1.0))
+    torch.manual_seed(3)
+    ours = ReferenceCoordinates(bounded, 5, torch.float32).sample()
+    torch.manual_seed(3)
+    theirs = Independent(Uniform(torch.tensor([0.0, -1.0]).expand(5, -1), torch.tensor([2.0, 1.0]).expand(5, -1)), 1).sample()
+    assert torch.equal(ours, theirs)

@@ -1,7 +1,8 @@
 """The hybrid DAG x Theta space of JSP-GFN (Deleu et al. 2023; Lahlou et al. 2023 section 4.4).
 
-Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.bayesnet` (linear-Gaussian model,
-priors, simulated and CSV data), :mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.space` (the
+Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.cpd_base` and :mod:`.cpds` (the CPD models
+behind one interface with flat parameter vectors, their priors and reward, simulated nonlinear data; docs/cpd_models.md),
+:mod:`.bayesnet` (linear-Gaussian model, simulated and CSV data), :mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.space` (the
 measurable pointed graph), :mod:`.network`, :mod:`.theta` and :mod:`.policy` (the forward policy), :mod:`.objective`
 (Algorithm 1's environments and the transition loss), :mod:`.evaluation` (the policy's exact marginals and
 the metrics of Table 3 / D.1), :mod:`.mcmc` and :mod:`.metrics` (baselines and comparisons).

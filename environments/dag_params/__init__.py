@@ -1,9 +1,10 @@
 """The hybrid DAG x Theta space of JSP-GFN (Deleu et al. 2023; Lahlou et al. 2023 section 4.4).
 
-Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.cpds` (the CPD models behind one interface:
-linear Gaussian, MLP Gaussian, categorical MLP), :mod:`.bayesnet` (the linear-Gaussian model, priors, simulated and CSV
-data), :mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.states`, :mod:`.space` and :mod:`.reference` (the
-measurable pointed graph; its reference measures enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`,
+Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.cpd_base` and :mod:`.cpds` (the CPD models behind
+one interface with flat parameter vectors: linear Gaussian, MLP Gaussian, categorical MLP; their priors and reward,
+simulated nonlinear data; docs/cpd_models.md), :mod:`.bayesnet` (the linear-Gaussian model, simulated and CSV data),
+:mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.states`, :mod:`.space` and :mod:`.reference` (the measurable
+pointed graph; its reference measures enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`,
 :mod:`.theta` and :mod:`.policy` (the forward policy), :mod:`.objective` (the transition loss), :mod:`.evaluation` (the
 policy's exact marginals and the metrics of Table 3 / D.1), :mod:`.mcmc` and :mod:`.metrics` (baselines and comparisons).
 """

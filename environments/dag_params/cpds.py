@@ -7,7 +7,7 @@ scatters it to ``block_index()[j]``. Models (docs/cpd_models.md):
 - ``"lingauss"``: :class:`~.bayesnet.LinearGaussian`, :math:`x_j = \\sum_i \\theta_{ij} x_i + \\varepsilon_j`
   (Deleu et al. 2023, section 5.1), :math:`P = d^2`;
 - ``"mlp"``: :class:`MLPGaussian`, :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x_{\\mathrm{Pa}(j)}), \\sigma^2)`
-  (Lorch et al. 2021, section 6; Deleu et al. 2023, section 5.2), :math:`P = d\\,(5d + 11)` with 5 hidden units;
+  (Lorch et al. 2021, the nonlinear Gaussian networks of its experiments; Deleu et al. 2023, section 5.2), :math:`P = d\\,(5d + 11)` with 5 hidden units;
 - ``"categorical-mlp"``: :class:`CategoricalMLP`, :math:`x_j \\sim \\mathrm{Cat}(\\mathrm{softmax}\\,\\mathrm{MLP}_j(\\mathrm{onehot}(x_{\\mathrm{Pa}(j)})))`
   for discrete data such as Sachs et al. 2005 (Deleu et al. 2023, section 5.3).
 
@@ -140,7 +140,7 @@ class MaskedMLP(CPDBase):
 
 
 class MLPGaussian(MaskedMLP):
-    """Nonlinear Gaussian CPDs (Lorch et al. 2021, section 6; Deleu et al. 2023, section 5.2): :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x), \\sigma^2)`.
+    """Nonlinear Gaussian CPDs (Lorch et al. 2021, the nonlinear Gaussian networks of its experiments; Deleu et al. 2023, section 5.2): :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x), \\sigma^2)`.
 
     ``MLP_j`` reads the raw values of all variables (:math:`F = 1`), the first-layer columns of non-parents masked,
     ``hidden`` ReLU units and one linear output; block ``[W1 (H x d) | b1 (H) | W2 (H) | b2 (1)]``, :math:`(d + 2) H + 1`
@@ -256,7 +256,7 @@ def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_
     """:math:`G \\sim \\mathrm{ER}(p)` (:func:`~.bayesnet.random_er_dag`, as :func:`~.bayesnet.simulate_er`), the parameters of
     :class:`MLPGaussian` :math:`\\sim \\mathcal N(0, 1)` on :math:`\\Theta_G` (0 elsewhere), and ancestral sampling
     :math:`x_j = \\mathrm{MLP}_j(x) + \\varepsilon_j`, :math:`\\varepsilon_j \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, in a
-    topological order (Lorch et al. 2021, section 6).
+    topological order (as the nonlinear Gaussian networks of Lorch et al. 2021).
 
     Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 1)]`` in :class:`MLPGaussian`'s layout.
     Deterministic given ``seed`` (numpy ``Generator``).

@@ -13,9 +13,10 @@ are then drawn from the closed-form posterior of the linear-Gaussian model given
   conditional-independence tests at level ``alpha``, the stable skeleton search and causal-learn's default
   collider rule (``uc_rule=0``, ``uc_priority=2``): a PDAG, which need not be extendable to a DAG.
 
-Cost per resample at d = 20, N = 100 (one shared CPU core, causal-learn 0.1.4.8): GES about 4 s, PC about
-0.7 s, so :math:`B = 100` (the most the JSP-GFN and DiBS papers use, and the default) takes about 7 min
-(B-GES) and 1 min (B-PC); the theta draws are negligible.
+Cost per resample at d = 20, N = 100 (causal-learn 0.1.4.8, one CPU core): GES about 4 s, PC about 0.7 s when the
+core is free (11 s and 1.7 s of wall time when it is shared with another job), so :math:`B = 100` (the most the
+JSP-GFN and DiBS papers use, and the default) takes about 7 min (B-GES) and 1 min (B-PC); the theta draws are
+negligible.
 """
 from __future__ import annotations
 

@@ -21,8 +21,10 @@ Model, matched to :class:`~environments.dag_params.bayesnet.LinearGaussian` wher
 - Graph prior: dibs-lib's Erdos-Renyi prior with ``edges_per_node`` expected edges per node
   (:math:`p = 2k/(d-1)`, the same :math:`p` as this project's ``erdos_renyi`` prior; 2 at d = 20 in JSP-GFN).
 
-Cost, measured at d = 20, N = 100, 30 particles, on one shared CPU core (dibs-lib 1.3.3, jax 0.10.2, float32):
-see :func:`joint_dibs`.
+Cost, measured at d = 20, N = 100, 30 particles on one CPU core shared with other jobs (dibs-lib 1.3.3, jax 0.10.2,
+float32): about 22 s of CPU time to compile, then about 0.9 s of CPU time per step (1.7 s of wall time per step under
+that load: 100 steps took 172 s, 200 steps 341 s), so the default 1000 steps cost about 15 min of CPU time. After
+10-20 steps nearly all particles are still cyclic (29-30 of 30 dropped): short runs say nothing about DiBS.
 """
 from __future__ import annotations
 
@@ -52,9 +54,12 @@ def flat_thetas(graphs: np.ndarray, weights: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(masked.reshape(len(masked), masked.shape[-1] ** 2).astype(np.float64))
 
 
-def joint_dibs(model: LinearGaussian, n_samples: int = 30, seed: int = 0, steps: int = 3000, nonlinear: bool = False,
+def joint_dibs(model, n_samples: int = 30, seed: int = 0, steps: int = 1000, nonlinear: bool = False,
                edges_per_node: float = 2.0, hidden_layers: tuple[int, ...] = (5,)) -> BaselineSamples:
     """Joint DiBS with ``n_samples`` SVGD particles and ``steps`` updates on ``model.data`` (module docstring).
+
+    ``model``: a :class:`~environments.dag_params.bayesnet.LinearGaussian`; for ``nonlinear=True`` any object with
+    ``data [N, d]``, ``obs_var`` and ``prior_var`` (the MLP data's model).
 
     Returns:
         :class:`~baselines.samples.BaselineSamples` with the acyclic particles' ``graphs [K, d, d]`` bool
@@ -62,21 +67,25 @@ def joint_dibs(model: LinearGaussian, n_samples: int = 30, seed: int = 0, steps:
         ``thetas = None`` for the nonlinear model, whose MLP weights (a pytree per node, with biases) have no place in
         this project's layout. Deterministic given ``seed`` (``jax.random.PRNGKey``).
 
-    Time at d = 20, N = 100, 30 particles, one shared core: about 14 s of compilation, then about 0.06 s per step for
-    the linear model (3000 steps, the default: about 3 min).
+    Cost: see the module docstring (about 15 min of CPU time at d = 20, N = 100 with the defaults).
     """
-    if not isinstance(model, LinearGaussian):
-        raise ValueError(f"joint_dibs: model must be a LinearGaussian (its data and hyper-parameters set DiBS's); got {type(model).__name__}")
+    if not nonlinear and not isinstance(model, LinearGaussian):
+        raise ValueError(f"joint_dibs: the linear model needs a LinearGaussian (its data and hyper-parameters set DiBS's); got {type(model).__name__}")
+    missing = [name for name in ("data", "obs_var", "prior_var") if not hasattr(model, name)]
+    if missing:
+        raise ValueError(f"joint_dibs: model needs the attributes data, obs_var and prior_var; {type(model).__name__} lacks {', '.join(missing)}")
     for name, value in (("n_samples", n_samples), ("steps", steps)):
         if int(value) != value or value < 1:
             raise ValueError(f"joint_dibs: {name} must be an integer >= 1; got {value!r}")
+    d = model.data.shape[1]
+    if not 0 < 2 * edges_per_node / max(d - 1, 1) < 1:
+        raise ValueError(f"joint_dibs: edges_per_node must give an Erdos-Renyi p = 2 k / (d - 1) in (0, 1); got k = {edges_per_node!r} for d = {d}")
     start = time.perf_counter()
-    d = model.d
     if nonlinear:
         likelihood = DenseNonlinearGaussian(n_vars=d, hidden_layers=tuple(hidden_layers), obs_noise=model.obs_var, sig_param=math.sqrt(model.prior_var))
     else:
         likelihood = DibsLinearGaussian(n_vars=d, obs_noise=model.obs_var, mean_edge=0.0, sig_edge=math.sqrt(model.prior_var), min_edge=0.0)
-    dibs = JointDiBS(x=jax.numpy.asarray(model.data.numpy(), dtype=jax.numpy.float32), graph_model=ErdosReniDAGDistribution(d, n_edges_per_node=edges_per_node),
+    dibs = JointDiBS(x=jax.numpy.asarray(np.asarray(model.data, dtype=np.float32)), graph_model=ErdosReniDAGDistribution(d, n_edges_per_node=edges_per_node),
                      likelihood_model=likelihood)
     graphs, weights = dibs.sample(key=jax.random.PRNGKey(seed), n_particles=int(n_samples), steps=int(steps))
     graphs = np.asarray(graphs).astype(bool)

@@ -4,8 +4,8 @@ The non-parametric DAG bootstrap of Friedman, Goldszmidt & Wyner 1999: for :math
 :math:`N` rows of the data with replacement (a seeded numpy ``Generator``), learn one equivalence class on the
 resample with a causal-learn search, and turn it into one DAG :math:`G_b` (:func:`random_extension`). The weights
 are then drawn from the closed-form posterior of the linear-Gaussian model given :math:`G_b` on the *full* data,
-:math:`\\theta_b \\sim P(\\theta | G_b, D)` (``model.sample_theta_posterior``), as in JSP-GFN and DiBS (Lorch et al.
-2021), where the bootstraps pair each graph with its parameters.
+:math:`\\theta_b \\sim P(\\theta | G_b, D)` (``model.sample_theta_posterior``), so that each sample is a pair
+:math:`(G_b, \\theta_b)` like those of the other methods (DiBS, Lorch et al. 2021; the MCMC baselines).
 
 - GES (Chickering 2002), ``causallearn.search.ScoreBased.GES.ges`` with the linear-Gaussian BIC
   (``local_score_BIC``): a completed PDAG.

@@ -12,8 +12,10 @@ i -> j, 0 where absent) from ``posterior_samples`` pure-policy rollouts of the c
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,9 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from baselines import structure as structure_baselines
 from environments import dag_params as env
+from environments.dag_params.bayesnet import LinearGaussian
 from environments.dag_params.evaluation import fit_metrics, graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics, sample_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
@@ -42,8 +46,10 @@ from .plots import copy_figure, optional_figure, plot_fit, plot_history, plot_pe
 from .registry import Experiment, register
 from .settings import ConfigError, build
 
-BASELINES = {"gibbs": gibbs_mc3, "mh": mh_mc3}
-BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3"}
+MCMC = {"gibbs": gibbs_mc3, "mh": mh_mc3}
+BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS"}
+"""The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`environments.dag_params.mcmc`) and the
+structure learners of :mod:`baselines.structure` (optional extra ``baselines``)."""
 
 SETTINGS = {
     **env.SETTINGS,
@@ -61,7 +67,9 @@ SETTINGS = {
     "exact": Setting("auto", "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)", choices=("auto", "on", "off")),
     "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
     "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
-    "baseline": Setting("none", "structure MCMC on the same data: gibbs (Gibbs-MC3), mh (MH-MC3, joint theta moves) or none", choices=("none", *BASELINES)),
+    "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3), mh (MH-MC3, joint theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn), dibs (DiBS, dibs-lib); none. Linear models only, but dibs; what is not installed is skipped (baselines.json says why)"),
+    "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
+    "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
     "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
 }
@@ -85,6 +93,10 @@ PRESETS = {
     # the schedule stretched to match (lr halved every 10,000, uniform moves decaying over the first 10,000) against the
     # 20,000 of that table (halved every 5,000, the same decay), on its first 18 datasets and seeds: edge / path / Markov RMSE 0.0109 / 0.0147 / 0.0109
     # against 0.0164 / 0.0211 / 0.0176, better on 17 / 15 / 16 of the 18, for twice the time
+    # d = 20 on a CPU (Deleu et al. 2023, section 5.2: ER2, N = 100 and 100 held-out rows): the public code's 100,000 updates
+    # of 256 transitions x 64 theta samples are far beyond one core (an MLP update of 64 x 16 costs about 2 s here,
+    # benchmarks/jsp_scaling.py); 32 transitions x 4 samples and 3,000 updates fit about an hour (docs/results.md)
+    "d20": {"d": 20, "edges_per_node": 2.0, "steps": 3000, "batch_size": 32, "theta_samples": 4, "prefill": 500, "replay_capacity": 20000, "lr": 3e-4, "lr_milestone": 1000, "lr_gamma": 0.5, "anneal_fraction": 0.5, "eval_every": 500, "ema": 0.99, "eval_samples": 100, "fit_samples": 200, "posterior_samples": 1000},
     "paper": {"d": 5, "model": "lingauss-full", "steps": 40000, "batch_size": 64, "theta_samples": 64, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 10000, "lr_gamma": 0.5, "anneal_fraction": 0.25, "eval_every": 2000},
 }
 
@@ -127,17 +139,64 @@ def posterior_samples(graph, pf, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(gs), torch.cat(ts)
 
 
-def _baseline(cfg: dict, problem, exact: ExactPosterior | None, seed: int) -> dict:
-    """The structure-MCMC baseline's metrics (``mcmc_`` prefix) on the same data: against the exact posterior where it
-    is used, and always the sample metrics (held-out NLL, E-SHD, AUROC) of :func:`sample_metrics`."""
-    per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
-    thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
-    r = BASELINES[cfg["baseline"]](problem.model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
-    m = sample_metrics(problem, r.graphs, r.thetas)
-    if exact is not None:
-        m |= feature_metrics(r.graphs, exact.features())
-        m["theta_nll"] = float(exact.theta_metric(r.graphs, r.thetas.double()).mean())
-    return {f"mcmc_{k}": v for k, v in m.items()} | {"mcmc_acceptance": r.acceptance, "mcmc_seconds": r.seconds}
+def baseline_names(cfg: dict) -> list[str]:
+    """The ``baseline`` setting as a list (``none``: empty); a name outside :data:`BASELINE_NAMES` is a :class:`ConfigError`."""
+    names = [v.strip() for v in str(cfg["baseline"]).split(",") if v.strip() and v.strip() != "none"]
+    unknown = [v for v in names if v not in BASELINE_NAMES]
+    if unknown:
+        raise ConfigError(f"baseline={cfg['baseline']!r}: unknown {', '.join(unknown)}; valid: none or a comma-separated list of {', '.join(BASELINE_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def _baseline_samples(name: str, cfg: dict, problem, seed: int):
+    """``(graphs, thetas or None, seconds)`` of baseline ``name`` on the run's training data, or the reason it cannot run."""
+    model = problem.model
+    linear = isinstance(model, LinearGaussian)
+    if name in MCMC:
+        if not linear:
+            return "structure MCMC here moves linear-Gaussian weights only"
+        per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
+        thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
+        r = MCMC[name](model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
+        return r.graphs, r.thetas, r.seconds, {"acceptance": r.acceptance}
+    ok, reason = structure_baselines.available(name)
+    if not ok:
+        return reason
+    function = structure_baselines.load(name)
+    if name == "dibs":
+        r = function(model, seed=seed, steps=cfg["dibs_steps"], nonlinear=not linear, edges_per_node=cfg["edges_per_node"])
+        if not len(r.graphs):
+            return "every DiBS particle ended cyclic"
+    elif not linear:
+        return f"{BASELINE_NAMES[name]} draws theta from the linear-Gaussian posterior: linear models only"
+    else:
+        r = function(model, n_samples=cfg["bootstraps"], seed=seed)
+    return r.graphs, r.thetas, r.seconds, {"discarded": r.discarded}
+
+
+def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path) -> dict:
+    """Every baseline of the ``baseline`` setting on the same data, its metrics prefixed by its name (``b-ges`` -> ``b_ges_``):
+    the sample metrics of :func:`sample_metrics` (held-out NLL where it has theta in the model's layout, E-SHD, AUROC) and,
+    with the exact posterior, its marginals' RMSEs and theta NLL. ``baselines.json`` records which ran and why others were skipped."""
+    metrics, record = {}, {}
+    for name in baseline_names(cfg):
+        result = _baseline_samples(name, cfg, problem, seed)
+        if isinstance(result, str):
+            record[name] = f"skipped: {result}"
+            print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
+            continue
+        graphs, thetas, seconds, extra = result
+        m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
+        if exact is not None:
+            m |= feature_metrics(graphs, exact.features())
+            if thetas is not None:
+                m["theta_nll"] = float(exact.theta_metric(graphs, thetas.double()).mean())
+        prefix = name.replace("-", "_") + "_"
+        metrics |= {prefix + k: v for k, v in (m | extra | {"seconds": seconds, "samples": len(graphs)}).items()}
+        record[name] = "ran"
+    if record:
+        (out / "baselines.json").write_text(json.dumps(record, indent=1) + "\n")
+    return metrics
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
@@ -208,8 +267,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
             exact_draws = exact.sample(cfg["posterior_samples"], torch.Generator().manual_seed(int(torch.initial_seed())))
             metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
-    if cfg["baseline"] != "none":
-        metrics |= _baseline(cfg, problem, exact, int(torch.initial_seed()))
+    metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out)
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
     # Markov blankets: such keys are left out, as metrics.json holds finite numbers only
     metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
@@ -243,6 +301,7 @@ def validate(cfg: dict, d: int | None = None) -> None:
     about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
     64 to 256: 29.5 bytes per pair)."""
     d = d or (_problem(build(env.DagParamsConfig, cfg)).model.d if cfg["data"] else cfg["d"])
+    baseline_names(cfg)
     if cfg["exact"] == "on" and d > MAX_ENUMERATE:
         raise ConfigError(f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)")
     if cfg["batch_size"] > cfg["replay_capacity"]:
@@ -252,7 +311,7 @@ def validate(cfg: dict, d: int | None = None) -> None:
     require_memory(3.3 * d * d * cfg["batch_size"] * cfg["theta_samples"] ** 2, f"theta_samples={cfg['theta_samples']} with batch_size={cfg['batch_size']}")
 
 
-register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and linear-Gaussian weights, scored against the exact posterior (d <= 5)", SETTINGS, PRESETS, run, validate))
+register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and CPD parameters (linear, MLP, categorical); against the exact posterior for d <= 5, by held-out NLL, E-SHD, AUROC and log P_T vs log R beyond", SETTINGS, PRESETS, run, validate))
 
 # --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
 
@@ -266,52 +325,77 @@ PAPER = {  # Lahlou et al. 2023, Table 3 (GFlowNet row) and Deleu et al. 2023, T
     "deleu_d1_mcmc": {"mh": {"edge_rmse": 0.357, "path_rmse": 0.368, "markov_rmse": 0.341}, "gibbs": {"edge_rmse": 0.357, "path_rmse": 0.367, "markov_rmse": 0.341}},
 }
 TABLE_KEYS = ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll", "theta_nll_exact")
+"""Rows of a table against the exact posterior (d <= 5)."""
+SAMPLE_KEYS = ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r")
+"""Rows of a table without it (Deleu et al. 2023, section 5.2: d = 20)."""
+BASELINE_KEYS = {True: ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll"), False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc")}
+
+
+def _dims(cfg: dict) -> list[int]:
+    """The ``dims`` setting as numbers; a value that is not a number of variables in ``2..MAX_NODES`` is a :class:`ConfigError`."""
+    try:
+        dims = [int(v) for v in str(cfg["dims"]).split(",")]
+    except ValueError:
+        dims = []
+    if not dims or any(not 2 <= v <= env.MAX_NODES for v in dims):
+        raise ConfigError(f"dims={cfg['dims']!r}: give comma-separated numbers of variables in 2..{env.MAX_NODES}, e.g. 3,4,5 or 20")
+    return dims
+
 
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
-    "dims": Setting("3,4,5", "comma-separated numbers of variables", choices=("3,4,5", "3", "4", "5", "3,4", "4,5", "3,5")),
+    "dims": Setting("3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"),
     "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
     "jobs": JOBS_SETTING,
 }
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
     "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
+    "d20": {k: v for k, v in PRESETS["d20"].items() if k != "d"} | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,b-ges,b-pc,dibs"},
 }
 
 
 def run_table(cfg: dict, out: Path, resume: bool) -> dict:
-    """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the paper."""
+    """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the
+    paper (``d <= 5``) or beside the baselines (beyond)."""
     seed = torch.initial_seed()
-    dims = [int(v) for v in cfg["dims"].split(",")]
+    dims = _dims(cfg)
     sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", "jobs")} | {"data": ""}
     jobs = [SubRun(out / f"d{d}" / f"data{k}", seed + k, sub_cfg | {"d": d, "data_seed": k}) for d in dims for k in range(cfg["datasets"])]
     results = iter(run_many(run, jobs, resume, cfg["jobs"]))
     rows = {d: [next(results) for _ in range(cfg["datasets"])] for d in dims}
-    history = []
+    names = baseline_names(cfg)
+    history, lines, metrics = [], [], {}
     for d, ms in rows.items():
+        exact = _exact(cfg, d)
+        keys = TABLE_KEYS if exact else SAMPLE_KEYS
         for k, m in enumerate(ms):
-            history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in TABLE_KEYS})
-    lines, metrics = [], {}
-    optional = ("last_edge_rmse", "last_path_rmse", "last_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "mcmc_edge_rmse", "mcmc_path_rmse", "mcmc_markov_rmse", "seconds")
-    extra = [key for key in optional if all(key in m for ms in rows.values() for m in ms)]
-    for d, ms in rows.items():
-        _plot_table(d, ms, extra, cfg["baseline"], out / f"table_d{d}.png")
-        lines += [f"\nd = {d}: {len(ms)} ER1 datasets of N = {ms[0].get('n_data', cfg['n_data'])} (mean ± 95% CI over datasets)", f"{'metric':<22} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
-        for key in TABLE_KEYS + tuple(extra):
+            history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in keys if key in m})
+        optional = ("last_edge_rmse", "last_path_rmse", "last_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "last_heldout_nll", "seconds")
+        optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))
+        extra = [key for key in optional if all(key in m for m in ms)]
+        _plot_table(d, ms, exact, names, out / f"table_d{d}.png")
+        graph = f"ER{cfg['edges_per_node']:g}"
+        lines += [f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)", f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
+        for key in tuple(k for k in keys if all(k in m for m in ms)) + tuple(extra):
             v = np.array([m[key] for m in ms])
             metrics[f"{key}/d{d}/mean"] = float(v.mean())
             cell = f"{v.mean():.4g}"
             if len(v) > 1:  # one dataset has no spread: the key is left out (metrics.json holds finite numbers only)
                 ci = metrics[f"{key}/d{d}/ci95"] = float(1.96 * v.std(ddof=1) / np.sqrt(len(v)))
                 cell += f" ± {ci:.2g}"
-            t3 = PAPER["lahlou_table3"][d].get(key)
+            t3 = PAPER["lahlou_table3"].get(d, {}).get(key)
             d1 = PAPER["deleu_d1"].get(key) if d == 5 else None
-            if key.startswith("mcmc_") and d == 5 and cfg["baseline"] in PAPER["deleu_d1_mcmc"]:
-                d1 = (PAPER["deleu_d1_mcmc"][cfg["baseline"]][key[5:]], None)  # the paper gives no spread for these rows
-            paper_d1 = "" if d1 is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
-            lines.append(f"{key:<22} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>18}")
+            for b in names:
+                if key.startswith(b.replace("-", "_") + "_") and d == 5 and b in PAPER["deleu_d1_mcmc"]:
+                    d1 = (PAPER["deleu_d1_mcmc"][b].get(key[len(b) + 1 :]), None)  # the paper gives no spread for these rows
+            paper_d1 = "" if d1 is None or d1[0] is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
+            lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>18}")
+    skipped = sorted({line for d in dims for k in range(cfg["datasets"]) for line in _skipped(out / f"d{d}" / f"data{k}")})
+    lines += [f"\nbaseline {line}" for line in skipped]
     lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
-    lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baseline not included).")
+    lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
+    lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
     table = "\n".join(lines).strip() + "\n"
     (out / "table.txt").write_text(table)
@@ -325,20 +409,35 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics | {"datasets": cfg["datasets"]}
 
 
+def _skipped(folder: Path) -> list[str]:
+    """The lines ``name: skipped: reason`` of a sub-run's ``baselines.json``."""
+    path = folder / "baselines.json"
+    if not path.exists():
+        return []
+    return [f"{name}: {state}" for name, state in json.loads(path.read_text()).items() if state != "ran"]
+
+
 @optional_figure
-def _plot_table(d: int, ms: list[dict], extra: list[str], baseline: str, path: Path) -> None:
-    """``table_d<d>.png``: per dataset, the three RMSEs (the sampler, its last iterate, the MCMC baseline) beside the papers' means, and Params beside the exact sampler's."""
+def _plot_table(d: int, ms: list[dict], exact: bool, baselines: list[str], path: Path) -> None:
+    """``table_d<d>.png``: per dataset, the sampler beside its last iterate and each baseline: the three RMSEs and Params
+    against the exact posterior (beside the papers' means), or the held-out NLL, E-SHD and AUROC without it."""
     panels = []
-    for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
-        names = {"JSP-GFN": f"{feature}_rmse", "last iterate": f"last_{feature}_rmse", BASELINE_NAMES.get(baseline, ""): f"mcmc_{feature}_rmse"}
-        series = {label: [m[key] for m in ms] for label, key in names.items() if key == f"{feature}_rmse" or key in extra}
-        references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse"], 0.0)}
-        if d == 5:
-            references["Deleu et al. D.1"] = PAPER["deleu_d1"][f"{feature}_rmse"]
-        panels.append((f"{title} features: RMSE against the exact posterior", series, references))
-    series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
-    panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)}))
-    plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} ER1 datasets (lines: means)")
+    if exact:
+        for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
+            labels = {"JSP-GFN": f"{feature}_rmse", "last iterate": f"last_{feature}_rmse"} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{feature}_rmse" for b in baselines}
+            series = {label: [m[key] for m in ms] for label, key in labels.items() if all(key in m for m in ms)}
+            references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse"], 0.0)} if d in PAPER["lahlou_table3"] else {}
+            if d == 5:
+                references["Deleu et al. D.1"] = PAPER["deleu_d1"][f"{feature}_rmse"]
+            panels.append((f"{title} features: RMSE against the exact posterior", series, references))
+        series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
+        panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)} if d in PAPER["lahlou_table3"] else {}))
+    else:
+        for key, title in (("heldout_nll", "expected held-out NLL (nats)"), ("expected_shd", "E-SHD"), ("auroc", "AUROC of the edge marginals")):
+            labels = {"JSP-GFN": key} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{key}" for b in baselines}
+            series = {label: [m[k] for m in ms] for label, k in labels.items() if all(k in m for m in ms)}
+            panels.append((title, series, {}))
+    plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} datasets (lines: means)")
 
 
-register(Experiment("jsp-table", "Table 3 / C.2 and D.1: JSP-GFN against the exact posterior for d = 3, 4, 5 over datasets, beside the papers", TABLE_SETTINGS, TABLE_PRESETS, run_table, lambda cfg: validate(cfg | {"data": ""}, max(int(v) for v in cfg["dims"].split(","))), multi_run=True))
+register(Experiment("jsp-table", "Table 3 / C.2, D.1 (d <= 5, against the exact posterior) and section 5.2 (d = 20, held-out NLL, E-SHD, AUROC beside the baselines): JSP-GFN over datasets", TABLE_SETTINGS, TABLE_PRESETS, run_table, lambda cfg: validate(cfg | {"data": ""}, max(_dims(cfg))), multi_run=True))

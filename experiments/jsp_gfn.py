@@ -296,19 +296,42 @@ def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: 
     plot_fit(arrays, out / "posterior.png", title)
 
 
+def update_bytes(cfg: dict, problem) -> float:
+    """Peak memory of one update, the largest of three estimates (bytes):
+
+    - the S x S residual pairs of eq. 8: about 3.3 d^2 bytes per transition and pair (measured at d = 3, 64 transitions,
+      S from 64 to 256: 29.5 bytes per pair);
+    - the CPDs' likelihood of S x B parameter draws at both ends on the mini-batch of M rows, kept for the backward pass:
+      8 bytes x 2 x S x B x M x d x width x 3, with width the hidden units of an MLP CPD (its largest intermediate) or d
+      for a linear one;
+    - the walkers' forward kernel: ``num_envs`` x d^2 atoms of d^2 + P + 1 numbers, three copies of 4 bytes.
+    """
+    model = problem.model
+    d, B, S = model.d, cfg["batch_size"], cfg["theta_samples"]
+    M = cfg["batch_size_data"] if 0 < cfg["batch_size_data"] < model.n else model.n
+    width = max(getattr(model, "hidden", d), getattr(model, "outputs", 1))
+    pairs = 3.3 * d * d * B * S**2
+    likelihood = 8 * 2 * S * B * M * d * width * 3
+    walkers = 12 * cfg["num_envs"] * d * d * (d * d + model.n_params + 1)
+    return max(pairs, likelihood, walkers)
+
+
 def validate(cfg: dict, d: int | None = None) -> None:
-    """The data (a user's CSV is read and checked), the replay batch against the buffer, and the memory of one update:
-    about 3.3 d^2 bytes per replayed transition and pair of theta samples (measured at d = 3, 64 transitions, S from
-    64 to 256: 29.5 bytes per pair)."""
-    d = d or (_problem(build(env.DagParamsConfig, cfg)).model.d if cfg["data"] else cfg["d"])
+    """The data (a user's CSV is read and checked), the baselines, the replay batch against the buffer, the mini-batch
+    against the rows, and the memory of one update (:func:`update_bytes`)."""
     baseline_names(cfg)
+    space = build(env.DagParamsConfig, cfg | ({"d": d} if d else {}))
+    problem = _problem(space)
+    d = problem.model.d
     if cfg["exact"] == "on" and d > MAX_ENUMERATE:
         raise ConfigError(f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)")
     if cfg["batch_size"] > cfg["replay_capacity"]:
         raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
     if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
         raise ConfigError(f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}")
-    require_memory(3.3 * d * d * cfg["batch_size"] * cfg["theta_samples"] ** 2, f"theta_samples={cfg['theta_samples']} with batch_size={cfg['batch_size']}")
+    if cfg["batch_size_data"] > problem.model.n:
+        raise ConfigError(f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all")
+    require_memory(update_bytes(cfg, problem), f"d={d} with model={cfg['model']}, batch_size={cfg['batch_size']}, theta_samples={cfg['theta_samples']}")
 
 
 register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and CPD parameters (linear, MLP, categorical); against the exact posterior for d <= 5, by held-out NLL, E-SHD, AUROC and log P_T vs log R beyond", SETTINGS, PRESETS, run, validate))

@@ -76,6 +76,8 @@ def make_problem(config: DagParamsConfig) -> Problem:
     cpd, _ = MODELS[config.model]
     if config.data:
         data, _ = load_csv(config.data)
+        if data.shape[1] > MAX_NODES:
+            raise ValueError(f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns")
         valid = true_adj = None
     elif cpd == "categorical-mlp":
         raise ValueError("model=categorical-mlp needs categorical data: give data=PATH.csv with integer states (0, 1, ...) in every column")

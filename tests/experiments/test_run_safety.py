@@ -198,9 +198,14 @@ def test_a_folder_is_not_a_missing_csv(tmp_path):
 
 def test_a_wide_csv_names_its_columns_and_the_limit(tmp_path):
     path = tmp_path / "wide.csv"
-    path.write_text(",".join(f"v{i}" for i in range(30)) + "\n" + "\n".join(",".join("0.5" for _ in range(30)) for _ in range(3)) + "\n")
-    with pytest.raises(ValueError, match="has 30 columns \\(variables\\); .* at most 5: keep at most 5 columns"):
+    path.write_text(",".join(f"v{i}" for i in range(101)) + "\n" + "\n".join(",".join("0.5" for _ in range(101)) for _ in range(3)) + "\n")
+    with pytest.raises(ValueError, match="has 101 columns \\(variables\\); .* at most 100: keep at most 100 columns"):
         make_problem(DagParamsConfig(data=str(path)))
+
+
+def test_an_update_beyond_the_memory_is_a_one_line_error(tmp_path, capsys):
+    """d = 100 MLP CPDs (P = 51,100 parameters) with 256 transitions x 64 theta samples would need terabytes: refused before training."""
+    _fails(["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "d=100", "model=mlp", "batch_size=256", "theta_samples=64", "prefill=64"], capsys, "of memory at its peak")
 
 
 def test_jsp_batch_larger_than_the_buffer_is_an_error(tmp_path, capsys):

@@ -8,13 +8,14 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 from jsp_scaling import main  # noqa: E402
 
-MEASURED = ("s_per_update", "s_per_update_min", "peak_mb", "rss_mb", "n_params", "n")
+MEASURED = ("s_per_update", "s_per_update_min", "rss_mb", "n_params", "n")
 
 
 def _positive(r: dict) -> None:
     assert "error" not in r and "skipped" not in r, r
     for key in MEASURED:
         assert math.isfinite(r[key]) and r[key] > 0, (key, r[key])
+    assert math.isfinite(r["peak_mb"]) and r["peak_mb"] >= 0  # the rise of the peak over the updates: 0 when set-up already reached it
     assert len(r["times"]) == r["updates"] and all(t > 0 for t in r["times"])
     assert r["loss_finite"] and r["torch_threads"] == 1
 

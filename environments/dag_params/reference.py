@@ -36,14 +36,15 @@ from .states import ActiveFn, join, split
 
 __all__ = ["PROPOSAL_EDGE_ODDS", "PROPOSAL_SCALE", "draw_dags", "is_dag", "sampled_measures"]
 
-PROPOSAL_EDGE_ODDS = math.exp(-math.pi)
-"""Odds :math:`p / (1 - p)` of each edge under the proposal over graphs: those of the theory checks' envelope, which
-weighs a graph by :math:`e^{-\\pi}` per edge (an adjacency entry 1), so that the checks' integrals over graphs are
-sampled where their mass is (about :math:`0.04\\, d(d-1)/2` edges)."""
+PROPOSAL_EDGE_ODDS = math.exp(-0.5)
+"""Odds :math:`p / (1 - p)` of each edge under the proposal over graphs: those of the theory checks' envelope
+:math:`e^{-\\|e\\|^2/2}`, which weighs a graph by :math:`e^{-1/2}` per edge (an adjacency entry 1), so that the checks'
+integrals over graphs are sampled where their mass is."""
 PROPOSAL_SCALE = 1 / math.sqrt(2 * math.pi)
-"""Standard deviation :math:`c` of the Gaussian proposal on each parameter: that of the theory checks' envelope
-:math:`e^{-\\pi \\theta_i^2}` (:mod:`gflownet_measure.checks.reversibility`), so that the importance weights of eq. 4's
-integrals stay bounded with 2,220 parameters, where a wider proposal's variance grows exponentially in their number."""
+"""Standard deviation :math:`c` of the Gaussian proposal on each parameter: the checks' envelope on it,
+:math:`e^{-\\pi \\theta_i^2}` (the space's ``encode`` scales parameters by :math:`\\sqrt{2\\pi}`), so that the importance weights
+of eq. 4's integrals stay bounded with 2,220 parameters, where any other scale's variance grows exponentially in their
+number."""
 
 
 def is_dag(adj: Tensor) -> Tensor:

@@ -29,6 +29,7 @@ each :math:`\\{G\\} \\times \\Theta_G` (``model.log_reward``).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -43,7 +44,7 @@ from .dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
 from .reference import PROPOSAL_SCALE, sampled_measures
 from .states import ActiveFn, join, split
 
-__all__ = ["ThetaChart", "DagKernel", "enumerated_measures", "make_space"]
+__all__ = ["ThetaChart", "DagKernel", "enumerated_measures", "make_space", "encode"]
 
 
 class ThetaChart(Chart):
@@ -82,8 +83,9 @@ class DagKernel(Kernel):
 
     Atom slots, forward: ``d^2`` edge additions (slot ``i d + j`` adds i -> j; the policy's logits follow this order), the
     sink; then the one :class:`ThetaChart` piece (present at intermediate states). Backward: the removals of the edges of
-    ``G'`` (slot ``k`` removes its ``k``-th edge in row-major order; as many slots as the batch's largest edge count, so
-    that a batch of sparse graphs on many nodes carries few atoms), then the atom :math:`(G, \\#)` under :math:`(G, \\theta)`.
+    ``G'`` (slot ``k`` removes its ``k``-th edge in row-major order; ``d(d-1)/2`` slots, the most edges of a DAG, half of
+    the ``d^2`` a slot per pair would need), then the atom :math:`(G, \\#)` under :math:`(G, \\theta)`. Every state has the
+    same slots (masked where absent), as the checks expect of a kernel.
     """
 
     def __init__(self, d: int, n_params: int, forward: bool, active: ActiveFn, max_parents: int | None = None):
@@ -98,9 +100,8 @@ class DagKernel(Kernel):
         if self.forward:
             edges = torch.arange(d * d).expand(B, -1)  # slot e adds edge e
             edge_mask = valid_edges(adj, transitive_closure(adj), self.max_parents).flatten(1) & inter[:, None]
-        else:  # only the edges of G' can be removed: slot k removes G's k-th edge (row-major), the rest padding
-            k = max(1, int(flat.sum(1).max()) if B else 1)
-            edges = torch.argsort((~flat).to(torch.int8), dim=1, stable=True)[:, :k]
+        else:  # only the edges of G' can be removed: slot k removes its k-th edge (row-major), the rest padding
+            edges = torch.argsort((~flat).to(torch.int8), dim=1, stable=True)[:, : max(1, d * (d - 1) // 2)]
             edge_mask = flat.gather(1, edges) & inter[:, None]
         toggled = flat[:, None, :].expand(B, edges.shape[1], d * d).clone()
         toggled.scatter_(2, edges[:, :, None], ~toggled.gather(2, edges[:, :, None]))  # G with edge e flipped
@@ -154,5 +155,15 @@ def make_space(model, max_parents: int | None = None, name: str = "dag-params") 
         terminal=terminal,
         log_reward=reward,
         max_length=d * (d - 1) // 2 + 2,
-        encode=lambda s: s,
+        encode=functools.partial(encode, d * d, P),
     )
+
+
+def encode(n_flags: int, n_params: int, s: Tensor) -> Tensor:
+    """The features of states for the theory checks' test functions: the adjacency and stop flags as they are, the
+    parameters times :math:`\\sqrt{2\\pi}`, so that the checks' envelope :math:`e^{-\\|e\\|^2/2}` is
+    :math:`e^{-\\pi \\theta_i^2}` on each parameter, of integral 1: an integral over :math:`\\Theta_G` then has the same scale
+    whether :math:`|\\Theta_G|` is 3 or 1,000 (Lebesgue measure on :math:`\\mathbb R^{1000}` against :math:`e^{-\\theta^2/2}` would be
+    :math:`(2\\pi)^{500}`, beyond float64), and the reference rule's Gaussian proposal
+    (:data:`~environments.dag_params.reference.PROPOSAL_SCALE`) is that envelope itself."""
+    return torch.cat([s[:, :n_flags], s[:, n_flags : n_flags + n_params] * math.sqrt(2 * math.pi), s[:, n_flags + n_params :]], 1)

@@ -75,7 +75,8 @@ def integrate(wp: WeightedPoints, values: Tensor, inner_var: Tensor | None = Non
     for c in wp.component[~wp.exact].unique():
         nodes = wp.component == c
         M = int(nodes.sum())
-        var = var + (M * terms[:, nodes]).var(1) / M
+        if M > 1:  # one node is exact: a piece of no active coordinate (Chart.active) is a unit atom
+            var = var + (M * terms[:, nodes]).var(1) / M
     return terms.sum(1), var
 
 

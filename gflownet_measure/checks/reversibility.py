@@ -4,11 +4,7 @@ Both sides are integrated against ``K`` random test functions
 
 .. math:: f(s, s') = \\cos(a \\cdot e(s) + b \\cdot e(s') + c)\\, g(s) g(s'),\\qquad f(s, \\bot) = \\cos(a \\cdot e(s) + d)\\, g(s),
 
-with :math:`e` = ``graph.encode`` and the envelope :math:`g(s) = \\exp(-\\pi \\|e(s)\\|^2) = \\prod_i \\exp(-\\pi e_i^2)`, whose factor is 1 at a
-coordinate 0 and integrates to 1 over a real one: a piece of any dimension (the parameters of a DAG with 3 or 1,000
-active coordinates, Deleu et al. 2023) then carries integrals of the same scale, and importance sampling from the
-envelope's own Gaussian :math:`\\mathcal N(0, 1/(2\\pi))` (``Box.proposal_scale`` :math:`= 1/\\sqrt{2\\pi}`) has weights of
-bounded variance in every dimension, where any other scale has a variance that grows exponentially in it. The pairs into the sink are
+with :math:`e` = ``graph.encode`` and the envelope :math:`g(s) = \\exp(-\\|e(s)\\|^2/2)`; the pairs into the sink are
 compared with the terminal measure, :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`. Each side is also
 split by pair type (from :math:`s_0`, inner, into the sink) and by kernel component, so that a failure says where the
 two measures differ.
@@ -68,7 +64,7 @@ def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink:
 
     def enc(y: Tensor) -> tuple[Tensor, Tensor]:
         e = graph.encode(y.flatten(0, 1).to(graph.source.dtype)).double().reshape(*y.shape[:2], fs.a.shape[1])
-        return e, torch.exp(-math.pi * e.square().sum(-1))
+        return e, torch.exp(-e.square().sum(-1) / 2)
 
     (es, gs), (ex, gx) = enc(s), enc(x)
     ps, px = es @ fs.a.T, ex @ fs.b.T  # [N, M, K]

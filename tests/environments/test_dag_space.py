@@ -187,8 +187,8 @@ def test_kernel_atoms_are_the_valid_one_edge_moves():
     assert bool(piece.mask[0]) and torch.equal(piece.context, s)
     assert piece.chart.active(piece.context)[0].nonzero()[:, 0].tolist() == [1, 5]  # theta[0 d + 1], theta[1 d + 2]
     back = DagKernel(d, P, False, active)(s)
-    assert back.atoms.count == 2 + 1 and not back.pieces  # two removal slots (|E(G')| = 2), then (G, #)
-    assert back.atoms.mask[0].tolist() == [True, True, False]
+    assert back.atoms.count == 3 + 1 and not back.pieces  # d(d-1)/2 = 3 removal slots (two used: |E(G')| = 2), then (G, #)
+    assert back.atoms.mask[0].tolist() == [True, True, False, False]
     removed = [split(back.atoms.x[0, k : k + 1], d)[0][0].flatten().nonzero()[:, 0].tolist() for k in range(2)]
     assert removed == [[5], [1]]  # slot 0 removes 0 -> 1 (the first edge, row-major), slot 1 removes 1 -> 2
 
@@ -198,12 +198,12 @@ def test_kernel_atoms_are_the_valid_one_edge_moves():
     fwd = DagKernel(d, P, True, active)(x)
     assert fwd.atoms.mask[0].nonzero()[:, 0].tolist() == [d * d] and fwd.atoms.sink[0, d * d] and not fwd.pieces[0].mask[0]
     bwd = DagKernel(d, P, False, active)(x)
-    assert bwd.atoms.mask[0].tolist() == [False, False, True] and torch.equal(bwd.atoms.x[0, -1], s[0])
+    assert bwd.atoms.mask[0].tolist() == [False, False, False, True] and torch.equal(bwd.atoms.x[0, -1], s[0])
 
 
-def test_backward_kernel_pads_to_the_batch_largest_edge_count_and_is_zero_at_the_source():
-    """eq. 5: kappa_b(s0, .) = 0. In a batch of graphs with 0, 1 and 3 edges the backward kernel carries 3 removal slots,
-    the unused ones masked; ``max_parents`` removes the forward moves that would give a node too many parents."""
+def test_backward_kernel_has_a_slot_per_possible_edge_and_is_zero_at_the_source():
+    """eq. 5: kappa_b(s0, .) = 0. Whatever the batch, the backward kernel carries d(d-1)/2 = 3 removal slots (the most
+    edges of a DAG), the unused ones masked; ``max_parents`` removes the forward moves that would give a node too many parents."""
     d, P = 3, 9
     active = _model().active
     adj = torch.zeros(3, 3, 3, dtype=torch.bool)

@@ -1,14 +1,17 @@
-"""`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and linear-Gaussian weights (JSP-GFN).
+"""`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and CPD parameters (JSP-GFN).
 
-One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'): ``num_envs`` graphs grow under the
-behaviour policy (uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to
-``1 - min_exploration`` over the first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions
-fill a replay buffer; each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both
-ends and minimises the undirected SubTB loss (eq. 8). The final sampler is scored against the exact posterior
-(:mod:`environments.dag_params.evaluation`), optionally beside a structure-MCMC baseline on the same data.
+One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'): ``num_envs`` walkers of
+the core (:class:`~gflownet_measure.walkers.Walkers`) grow graphs under the behaviour policy (uniform with probability
+:math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to ``1 - min_exploration`` over the first ``anneal_fraction`` of
+training, half by default; 100% uniform during ``prefill``); their edge transitions fill a replay buffer; each update
+draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the registered
+undirected SubTB objective (eq. 8). The final sampler is scored against the exact posterior up to d = 5
+(:mod:`environments.dag_params.evaluation`), by held-out NLL, E-SHD, AUROC and the log P_T vs log R fit beyond, beside
+the baselines of the ``baseline`` setting on the same data.
 
-``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, d, d]`` (weight of
-i -> j, 0 where absent) from ``posterior_samples`` pure-policy rollouts of the core.
+``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, P]``, the CPD model's flat
+parameters (for a linear model ``P = d^2``, row-major: the weight of i -> j at ``i d + j``, 0 where absent), from
+``posterior_samples`` pure-policy rollouts of the core.
 """
 from __future__ import annotations
 

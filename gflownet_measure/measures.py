@@ -302,7 +302,7 @@ class Measure:
         xs, sinks, lws, masks = [a.x.double()], [a.sink], [a.log_mass.double()], [a.mask]
         comp = [torch.arange(K)]
         for c, p in enumerate(self.pieces):
-            if not p.mask.any():  # absent from every measure of the batch: no nodes (a kernel with one piece per edge count)
+            if not p.mask.any():  # absent from every measure of the batch: no nodes (an enumerated nu has one piece per state it anchors)
                 continue
             valid = p.mask[:, None]
             active = p.chart.active(p.context)

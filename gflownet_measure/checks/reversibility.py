@@ -85,7 +85,7 @@ class Side(NamedTuple):
 
 def _structure_order(kernel, s: Tensor) -> Tensor:
     """A permutation of the states ``s`` grouping those whose kernel has the same present components, so that a chunk
-    of them asks :func:`~gflownet_measure.checks.integration.nodes` for the nodes of few pieces (a kernel with one piece per edge count)."""
+    of them asks :func:`~gflownet_measure.checks.integration.nodes` for the nodes of few pieces (states differ in which pieces their kernels hold)."""
     chunk = max(1, min(ORDER_CHUNK, STATE_BUDGET // max(1, kernel(s[:1]).atoms.count * s.shape[1]))) if len(s) else 1
     masks = torch.cat([kernel(s[i : i + chunk]).component_mask() for i in range(0, len(s), chunk)])
     _, key = torch.unique(masks, dim=0, return_inverse=True)

@@ -29,8 +29,9 @@ from causallearn.search.ScoreBased.GES import ges
 from causallearn.utils.cit import fisherz
 
 from environments.dag_params.bayesnet import LinearGaussian
+from environments.dag_params.dags import is_dag
 
-from .samples import BaselineSamples, acyclic
+from .samples import BaselineSamples
 
 __all__ = ["GES_SCORES", "random_extension", "bootstrap_ges", "bootstrap_pc"]
 
@@ -90,7 +91,7 @@ def _bootstrap(name: str, search, model: LinearGaussian, n_samples: int, seed: i
     rng = np.random.default_rng(seed)
     graphs = np.stack([random_extension(search(data[rng.integers(0, len(data), len(data))]), rng) for _ in range(int(n_samples))])
     graphs = torch.from_numpy(graphs)
-    if not acyclic(graphs).all():
+    if not is_dag(graphs).all():
         raise RuntimeError(f"{name}: an extended graph has a cycle; causal-learn's PDAG encoding may have changed")
     thetas = model.sample_theta_posterior(graphs, torch.Generator().manual_seed(int(rng.integers(2**62))))
     return BaselineSamples(graphs, thetas, time.perf_counter() - start, 0)

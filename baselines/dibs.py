@@ -39,8 +39,9 @@ from dibs.models import DenseNonlinearGaussian, ErdosReniDAGDistribution
 from dibs.models import LinearGaussian as DibsLinearGaussian
 
 from environments.dag_params.bayesnet import LinearGaussian
+from environments.dag_params.dags import is_dag
 
-from .samples import BaselineSamples, acyclic
+from .samples import BaselineSamples
 
 __all__ = ["flat_thetas", "joint_dibs"]
 
@@ -89,7 +90,7 @@ def joint_dibs(model, n_samples: int = 30, seed: int = 0, steps: int = 1000, non
                      likelihood_model=likelihood)
     graphs, weights = dibs.sample(key=jax.random.PRNGKey(seed), n_particles=int(n_samples), steps=int(steps))
     graphs = np.asarray(graphs).astype(bool)
-    keep = acyclic(torch.from_numpy(graphs)).numpy()
+    keep = is_dag(torch.from_numpy(graphs)).numpy()
     thetas = None if nonlinear else flat_thetas(graphs[keep], np.asarray(weights)[keep])
     return BaselineSamples(torch.from_numpy(graphs[keep]), thetas, time.perf_counter() - start, int((~keep).sum()))
 

@@ -1,13 +1,11 @@
-"""The output of the structure-learning baselines (:mod:`.bootstrap`, :mod:`.dibs`) and its acyclicity check."""
+"""The output of the structure-learning baselines (:mod:`.bootstrap`, :mod:`.dibs`)."""
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from torch import Tensor
 
-from environments.dag_params.dags import transitive_closure
-
-__all__ = ["BaselineSamples", "acyclic"]
+__all__ = ["BaselineSamples"]
 
 
 class BaselineSamples(NamedTuple):
@@ -23,9 +21,3 @@ class BaselineSamples(NamedTuple):
     thetas: Tensor | None
     seconds: float
     discarded: int
-
-
-def acyclic(graphs: Tensor) -> Tensor:
-    """``[K]`` bool: graph ``k`` of ``graphs [K, d, d]`` has no directed cycle (no ``i != j`` reaching each other)."""
-    reach = transitive_closure(graphs)
-    return (reach & reach.mT).sum((-2, -1)) == graphs.shape[-1]

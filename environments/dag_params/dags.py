@@ -25,6 +25,7 @@ __all__ = [
     "MAX_ENUMERATE",
     "MAX_CODE_NODES",
     "transitive_closure",
+    "is_dag",
     "add_edge_closure",
     "valid_edges",
     "dag_codes",
@@ -55,6 +56,11 @@ def transitive_closure(adj: Tensor) -> Tensor:
         r = reach.to(torch.float32)  # path counts <= d are exact in float32
         reach = (r @ r) > 0
     return reach
+
+
+def is_dag(adj: Tensor) -> Tensor:
+    """``[...]`` bool: ``adj [..., d, d]`` has no directed cycle (no edge :math:`i \\to j` with :math:`j \\leadsto i`)."""
+    return ~(adj & transitive_closure(adj).transpose(-1, -2)).flatten(-2).any(-1)
 
 
 def add_edge_closure(reach: Tensor, u: Tensor, v: Tensor) -> Tensor:

@@ -31,10 +31,10 @@ from torch import Tensor
 from gflownet_measure.gaussian import LOG_2PI
 from gflownet_measure.sampled import SampledMeasure
 
-from .dags import transitive_closure
+from .dags import is_dag
 from .states import ActiveFn, join, split
 
-__all__ = ["PROPOSAL_EDGE_ODDS", "PROPOSAL_SCALE", "draw_dags", "is_dag", "sampled_measures"]
+__all__ = ["PROPOSAL_EDGE_ODDS", "PROPOSAL_SCALE", "draw_dags", "sampled_measures"]
 
 PROPOSAL_EDGE_ODDS = math.exp(-0.5)
 """Odds :math:`p / (1 - p)` of each edge under the proposal over graphs: those of the theory checks' envelope
@@ -45,11 +45,6 @@ PROPOSAL_SCALE = 1 / math.sqrt(2 * math.pi)
 :math:`e^{-\\pi \\theta_i^2}` (the space's ``encode`` scales parameters by :math:`\\sqrt{2\\pi}`), so that the importance weights
 of eq. 4's integrals stay bounded with 2,220 parameters, where any other scale's variance grows exponentially in their
 number."""
-
-
-def is_dag(adj: Tensor) -> Tensor:
-    """``[...]`` bool: ``adj [..., d, d]`` has no directed cycle (no edge :math:`i \\to j` with :math:`j \\leadsto i`)."""
-    return ~(adj & transitive_closure(adj).transpose(-1, -2)).flatten(-2).any(-1)
 
 
 def draw_dags(n: int, d: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:

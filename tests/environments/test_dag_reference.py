@@ -14,7 +14,8 @@ import torch
 
 from environments.dag_params.bayesnet import LinearGaussian
 from environments.dag_params.dags import dag_codes, enumerate_dags, transitive_closure
-from environments.dag_params.reference import PROPOSAL_SCALE, draw_dags, is_dag, sampled_measures
+from environments.dag_params.dags import is_dag
+from environments.dag_params.reference import PROPOSAL_SCALE, draw_dags, sampled_measures
 from environments.dag_params.space import ThetaChart, enumerated_measures, make_space
 from environments.dag_params.states import join, split
 from gflownet_measure.sampled import SampledMeasure

@@ -26,7 +26,7 @@ from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.network import JSPOutputs
 from environments.dag_params.objective import transition_loss
 from environments.dag_params.policy import JSPPolicy
-from environments.dag_params.reference import is_dag
+from environments.dag_params.dags import is_dag
 from environments.dag_params.space import DagKernel, ThetaChart, enumerated_measures, make_space
 from environments.dag_params.states import join, split
 from environments.dag_params.theta import FullNormalTheta

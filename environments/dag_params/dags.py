@@ -6,7 +6,6 @@ directed path :math:`i \\leadsto j`, reflexive. All functions are pure and batch
 
 - The environment's mask is :math:`M = 1 - (A + R^\\top)`: :math:`i \\to j` may be added iff it is absent and
   :math:`j \\not\\leadsto i` (no self loop, no cycle).
-- Adding :math:`u \\to v` updates the closure by :math:`R \\leftarrow R \\vee R_{:, u} R_{v, :}^\\top`.
 - Graphs are indexed by :func:`dag_codes`, the integer :math:`\\sum_{ij} A_{ij} 2^{id + j}`;
   :func:`enumerate_dags` lists all DAGs in increasing code order, so a code table is sorted and
   ``torch.searchsorted`` looks graphs up.
@@ -26,7 +25,6 @@ __all__ = [
     "MAX_CODE_NODES",
     "transitive_closure",
     "is_dag",
-    "add_edge_closure",
     "valid_edges",
     "dag_codes",
     "enumerate_dags",
@@ -61,22 +59,6 @@ def transitive_closure(adj: Tensor) -> Tensor:
 def is_dag(adj: Tensor) -> Tensor:
     """``[...]`` bool: ``adj [..., d, d]`` has no directed cycle (no edge :math:`i \\to j` with :math:`j \\leadsto i`)."""
     return ~(adj & transitive_closure(adj).transpose(-1, -2)).flatten(-2).any(-1)
-
-
-def add_edge_closure(reach: Tensor, u: Tensor, v: Tensor) -> Tensor:
-    """:math:`R' = R \\vee R_{:, u} R_{v, :}^\\top` after adding :math:`u \\to v` (the public JSP-GFN code; docs/references.md, 'States, actions and masks').
-
-    Args:
-        reach: ``[B, d, d]`` bool closures before the addition.
-        u, v: ``[B]`` long, the added edge of each graph.
-
-    Returns:
-        ``[B, d, d]``, a new tensor: every :math:`a \\leadsto u` now reaches every :math:`b` with :math:`v \\leadsto b`.
-    """
-    b = torch.arange(reach.shape[0], device=reach.device)
-    into_u = reach[b, :, u]  # [B, d]: a ~> u
-    from_v = reach[b, v, :]  # [B, d]: v ~> b
-    return reach | (into_u[:, :, None] & from_v[:, None, :])
 
 
 def valid_edges(adj: Tensor, reach: Tensor, max_parents: int | None = None) -> Tensor:

@@ -43,7 +43,7 @@ from gflownet_measure.transforms import AffineChart
 
 from .sde_targets import TARGETS
 
-__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "make_graph", "make_policies"]
+__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "level_graph", "make_graph", "make_policies"]
 
 # The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
 # time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
@@ -204,10 +204,12 @@ class BrownianBridge(Policy):
         return logits, [functools.partial(_normal_rows, loc, scale)]
 
 
-def make_graph(config: SDEConfig) -> PointedGraph:
-    target = TARGETS[config.target]
-    n, T, sigma = target.dim, config.n_steps, sigma_of(config)
-    scale = sigma / math.sqrt(T)
+def level_graph(name: str, n: int, T: int, scale: float, log_reward) -> PointedGraph:
+    """The Euler-Maruyama pointed graph of the module docstring on :math:`\\mathbb R^n \\times \\{0, \\dots, T\\}`, its
+    kernels charted in units ``scale`` (the standard deviation of a typical step), with ``log_reward`` on ``x [B, n]``.
+
+    Shared by the samplers here and by the diffusion models of :mod:`environments.diffusion`, which reparametrise the
+    same space with a DDPM schedule."""
     # Lebesgue on level k, charted (like the kernels) in units of one step's standard deviation c
     level = [charted(AffineChart(_r(n), range(n), scale=scale, fixed={n: float(k)}), n + 1) for k in range(1, T + 1)]
     source = torch.zeros(n + 1)
@@ -218,16 +220,22 @@ def make_graph(config: SDEConfig) -> PointedGraph:
         return torch.cat([s[:, :n] / scale, s[:, n:] / T], 1)
 
     return PointedGraph(
-        name=f"sde({target.name}, n={n}, T={T}, sigma={sigma:g})",
+        name=name,
         source=source,
         kappa=SDEKernel(n, T, scale, forward=True),
         kappa_b=SDEKernel(n, T, scale, forward=False),
         nu=sum_measures(dirac(source), *level),
         terminal=level[-1],
-        log_reward=lambda s: target.log_prob(s[:, :n]),
+        log_reward=lambda s: log_reward(s[:, :n]),
         max_length=T + 1,
         encode=encode,
     )
+
+
+def make_graph(config: SDEConfig) -> PointedGraph:
+    target = TARGETS[config.target]
+    n, T, sigma = target.dim, config.n_steps, sigma_of(config)
+    return level_graph(f"sde({target.name}, n={n}, T={T}, sigma={sigma:g})", n, T, sigma / math.sqrt(T), target.log_prob)
 
 
 def make_policies(graph: PointedGraph, config: SDEConfig):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw"]
+__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw", "neg_elbo"]
 
 
 def square(r: Tensor) -> Tensor:
@@ -164,3 +164,20 @@ def forward_kl_iw(log_pf: Tensor, log_q: Tensor, log_w: Tensor) -> Tensor:
     """
     omega = torch.softmax((log_w + log_pf - log_q).detach(), 0)
     return -(omega * log_pf).sum()
+
+
+# --- Maximum likelihood from data (no reward): the terminal states are data points --------------------------
+
+
+def neg_elbo(log_pf: Tensor, log_pb: Tensor, mask: Tensor) -> Tensor:
+    """Minus the evidence lower bound of the terminal marginal :math:`P_T` at the end of each trajectory, ``[B]``.
+
+    .. math:: -\\log P_T(x) \\le -\\big(\\textstyle\\sum_t \\log P_F(s_{t+1}|s_t) - \\sum_t \\log P_B(s_t|s_{t+1})\\big),
+       \\qquad \\tau \\sim P_B(\\cdot | x)
+
+    (Jensen's inequality on :math:`P_T(x) = \\mathbb E_{P_B(\\tau|x)}[P_F(\\tau) / P_B(\\tau|x)]`, with densities w.r.t. the
+    kernels and :math:`P_T` w.r.t. :math:`\\kappa_b(\\bot, \\cdot)`; Zhang et al. 2023a, the diffusion ELBO of Ho et al. 2020
+    eq. 3 when :math:`P_B` is the fixed noising process). It is :math:`w` of :func:`~gflownet_measure.metrics.log_weights`
+    with :math:`\\log R = 0`.
+    """
+    return -((log_pf - log_pb) * mask).sum(0)

@@ -8,7 +8,8 @@ an experiment asks the objective instead of deciding for it:
   Lahlou et al. 2023, section 4.2: their importance weights are :math:`P_F / q`);
 - ``pathwise``: on-policy, the gradient flows through reparametrised states (the reverse KL of PIS, Zhang & Chen 2022);
 - ``atoms_only``: the kernels must be sums of atoms (FM: its in- and out-flow integrals are sums);
-- ``batch``: what one update consumes, ``"trajectories"`` (:class:`Batch`) or ``"transitions"`` (replayed edges, as
+- ``batch``: what one update consumes, ``"trajectories"`` (:class:`Batch`), ``"data"`` (a :class:`Batch` of
+  trajectories walked back from data points, no reward: ``mle``) or ``"transitions"`` (replayed edges, as
   JSP-GFN's undirected SubTB, registered by :mod:`environments.dag_params.objective`);
 - ``log_Z``: how :math:`\\log Z` is read from the trained modules (the free parameter, the out-flow of :math:`s_0`
   under FM, or ``None`` when the objective learns none);
@@ -21,7 +22,8 @@ an experiment asks the objective instead of deciding for it:
 ``OBJECTIVES`` (``dict[str, Objective]``): every registered objective, by name; :func:`register` adds one,
 :func:`get_objective` reads one (a one-line ``ValueError`` naming the valid ones otherwise) and
 :func:`objective_names` lists them by kind. This module registers ``tb``, ``db``, ``subtb``, ``fm`` (the balance
-conditions of Definition 7), ``vargrad`` and the divergences ``reverse_kl`` and ``forward_kl``; environments may add
+conditions of Definition 7), ``vargrad``, the divergences ``reverse_kl`` and ``forward_kl``, and ``mle`` (maximum
+likelihood of data, on trajectories walked back from data points); environments may add
 their own (JSP-GFN's on transitions).
 """
 from __future__ import annotations
@@ -247,6 +249,25 @@ def _forward_kl(gfn: GFlowNet, batch: Batch) -> Tensor:
     return losses.forward_kl_iw(*_path_sums(batch))
 
 
+def _mle(gfn: GFlowNet, batch: Batch) -> Tensor:
+    """Maximum likelihood of data through the variational bound (Zhang et al. 2023a, MLE-GFN; Lahlou et al. 2023, section 4.5):
+
+    .. math:: \\mathcal L(\\theta, \\phi) = \\frac1B \\sum_b -\\big(\\log P_F^\\theta(\\tau_b) - \\log P_B^\\phi(\\tau_b | x_b)\\big),
+       \\qquad x_b \\sim \\text{data},\\ \\tau_b \\sim P_B^\\phi(\\cdot | x_b)
+
+    on trajectories walked back from data points (:func:`~gflownet_measure.rollout.sample_backward`, or
+    :func:`~gflownet_measure.rollout.rsample_backward` when :math:`P_B` is learned), with :math:`\\log R` unused: the
+    terminal states are data, not rewards. Its expectation is an upper bound on :math:`-\\log P_T(x)` for every
+    :math:`\\phi` (:func:`~gflownet_measure.losses.neg_elbo`). The denoiser :math:`\\theta` descends it as maximum
+    likelihood of trajectories; the backward policy :math:`\\phi` descends the same bound, whose gap is
+    :math:`\\mathrm{KL}(P_B^\\phi(\\tau|x) \\| P_F^\\theta(\\tau|x))`, path-wise through the reparametrised trajectories.
+    With a fixed :math:`P_B` (``batch.pathwise`` False) the :math:`\\log P_B` term is a constant and this is the
+    diffusion-model loss of Ho et al. 2020 (eq. 3) before its closed-form Gaussian KL terms.
+    """
+    log_pf, log_pb = _densities(gfn, batch)
+    return losses.neg_elbo(log_pf, log_pb, batch.traj.mask).mean()
+
+
 register(Objective("tb", _tb, "trajectory balance with a learned log Z (Malkin et al. 2022; eq. 19)"))
 register(Objective("db", _db, "detailed balance with a learned state flow (Bengio et al. 2023; eq. 18)", needs_flow=True))
 register(Objective("subtb", _subtb, "sub-trajectory balance, lambda^(j-i)-weighted (Madan et al. 2023)", needs_flow=True, hyper={"subtb_lambda": 0.9}))
@@ -254,3 +275,4 @@ register(Objective("fm", _fm, "flow matching and reward matching on log edge flo
 register(Objective("vargrad", _vargrad, "log-variance of the log-weights, TB with log Z the batch mean (Richter et al. 2020)", log_Z=None))
 register(Objective("reverse_kl", _reverse_kl, "KL(P_F || P*): path-wise on-policy, importance-weighted score function off-policy (section 4.2)", divergence=True, needs_scores=True, pathwise=True, log_Z=None))
 register(Objective("forward_kl", _forward_kl, "KL(P* || P_F) by self-normalised importance weights (section 4.2)", divergence=True, needs_scores=True, log_Z=None))
+register(Objective("mle", _mle, "maximum likelihood of data through the variational bound, P_B learned or fixed (Zhang et al. 2023a; section 4.5)", divergence=True, log_Z=None, batch="data"))

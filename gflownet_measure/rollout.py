@@ -14,7 +14,7 @@ from .measures import SupportPoint
 from .networks import tied
 from .trajectories import Trajectories
 
-__all__ = ["Scores", "rollout", "sample_forward", "sample_backward", "score", "log_densities", "behaviour_log_prob"]
+__all__ = ["Scores", "rollout", "sample_forward", "sample_backward", "rsample_backward", "score", "log_densities", "behaviour_log_prob"]
 
 
 class Scores(NamedTuple):
@@ -139,12 +139,8 @@ def sample_forward(graph: PointedGraph, pf: Policy, n: int, epsilon: float = 0.0
     return rollout(graph, pf, n, epsilon=epsilon, noise=noise)[0]
 
 
-@_unrecorded
-def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
-    """Trajectories ending at the terminal states ``x [B, D]``, drawn backwards with :math:`P_B` to :math:`s_0`.
-
-    Returned time-forward, in the same layout as :func:`sample_forward`.
-    """
+def _walk_backward(graph: PointedGraph, pb: Policy, x: Tensor, reparametrise: bool) -> Trajectories:
+    """Trajectories ending at ``x [B, D]``, drawn backwards with :math:`P_B` to :math:`s_0` (``rsample`` draws with ``reparametrise``), time-forward."""
     cur = x.clone()
     done = graph.is_source(cur)
     seq = [cur]
@@ -152,9 +148,12 @@ def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
         active = ~done
         if not active.any():
             break
-        px, _ = pb(cur[active]).sample()
-        cur = cur.clone()
-        cur[active] = px.to(cur.dtype)
+        if bool(active.all()):  # every walk steps: no gather or scatter (and a differentiable path stays one tensor)
+            px, _ = pb(cur).sample(reparametrise=reparametrise)
+            cur = px.to(cur.dtype)
+        else:
+            px, _ = pb(cur[active]).sample(reparametrise=reparametrise)
+            cur = cur.index_put((active.nonzero()[:, 0],), px.to(cur.dtype))
         done = done | graph.is_source(cur)
         seq.append(cur)
     if not done.all():
@@ -165,7 +164,26 @@ def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
     t = torch.arange(S + 1)[:, None]  # positions 0..S
     idx = (n_states[None, :] - 1 - t).clamp(min=0)
     states = seq.gather(0, idx[..., None].expand(-1, -1, seq.shape[2]))
-    return Trajectories(states, t >= n_states[None, :], graph.checked_log_reward(x)).trimmed()
+    return Trajectories(states, t >= n_states[None, :], graph.checked_log_reward(x.detach())).trimmed()
+
+
+@_unrecorded
+def sample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
+    """Trajectories ending at the terminal states ``x [B, D]``, drawn backwards with :math:`P_B` to :math:`s_0`.
+
+    Returned time-forward, in the same layout as :func:`sample_forward`.
+    """
+    return _walk_backward(graph, pb, x, reparametrise=False)
+
+
+def rsample_backward(graph: PointedGraph, pb: Policy, x: Tensor) -> Trajectories:
+    """:func:`sample_backward` with reparametrised draws: the states are differentiable in the parameters of :math:`P_B`.
+
+    For maximum likelihood with a learned backward policy (:func:`~gflownet_measure.losses.neg_elbo`): the bound
+    :math:`\\mathbb E_{P_B(\\tau|x)}[\\log P_F(\\tau) - \\log P_B(\\tau|x)]` is an expectation under :math:`P_B` itself,
+    so its gradient in :math:`P_B`'s parameters flows through the sampled path (as the encoder of a VAE).
+    """
+    return _walk_backward(graph, pb, x, reparametrise=True)
 
 
 def behaviour_log_prob(density: KernelDensity, behaviour: KernelDensity, drawn: SupportPoint, log_pf: Tensor, epsilon: float) -> Tensor:

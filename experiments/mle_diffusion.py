@@ -1,0 +1,259 @@
+"""`gflownet-measure run mle-diffusion` and `mle-diffusion-table`: diffusion models as GFlowNets trained from data
+(Zhang et al. 2023a; Lahlou et al. 2023, section 4.5, Table 4).
+
+One run trains the denoiser :math:`P_F` of :mod:`environments.diffusion` by maximum likelihood of data through the
+variational bound (the ``mle`` objective of :mod:`gflownet_measure.objectives`), on trajectories walked back from
+training points with :math:`P_B`: the noising process, learned (``learn_backward=true``, its variances
+:math:`\\bar\\beta_t e^{\\phi_t}`, path-wise through reparametrised walks) or DDPM's (``false``, :math:`\\phi = 0` frozen).
+
+Metrics (held-out points, one fixed dequantisation):
+
+- the negative log-likelihood bound :math:`-\\mathbb E[w]` and the ``K``-sample importance-weighted bound
+  :math:`-\\log \\frac1K \\sum_k e^{w_k}` (:func:`~gflownet_measure.likelihood.log_likelihood_bounds`), in bits per
+  dimension on the 0-255 scale for images (``bpd_*``; the Jacobian of :mod:`environments.diffusion_data`), in nats per
+  point for the 2-D sets (``nll_*``), each with its standard error over the held-out points;
+- sample quality without downloaded weights: the unbiased kernel MMD² (Gaussian kernel, median heuristic) between samples
+  and held-out points, and for digits the Frechet distance in the hidden features of a digits classifier trained in the
+  run on the training split (``fd_digits``; ``fd_digits_train_vs_test``: the same distance between the training and
+  held-out images, its floor at these sample sizes) (:mod:`experiments.sample_quality`).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from environments import diffusion as env
+from environments.diffusion_data import DATASETS, DataSet, ImageFolderError, check_data, load_data
+from gflownet_measure.likelihood import log_likelihood_bounds
+from gflownet_measure.objectives import Batch, GFlowNet, get_objective
+from gflownet_measure.options import Setting
+from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
+
+from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
+from .plots import _finish, copy_figure, optional_figure, plot_history, plot_sample_panels, plt
+from .registry import Experiment, register
+from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
+from .settings import ConfigError, build
+
+SETTINGS = {
+    "data": Setting("moons", "training data: digits (sklearn 8x8), moons, ring (8 Gaussians), imagenet32 (data_dir)", choices=DATASETS),
+    "data_dir": Setting("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True),
+    **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
+    **{k: v for k, v in TRAINING_SETTINGS.items() if k not in ("lr_logZ", "lr_flow")},  # no log Z, no state flow
+    "eval_points": Setting(0, "held-out points for the final NLL bounds (0 = the whole test set)", low=0),
+    "iw_samples": Setting(64, "K: backward trajectories per held-out point for the importance-weighted bound", low=1),
+    "monitor_points": Setting(256, "held-out points of the bound logged at each evaluation (one trajectory each)", low=1),
+    "n_samples": Setting(2000, "samples drawn from the trained model for the sample-quality scores and figures", low=2),
+}
+
+PRESETS = {
+    # a working sampler on a 2-D set in about two minutes on one CPU thread
+    "quick": {"data": "moons", "n_steps": 20, "hidden": 64, "steps": 800, "batch_size": 256, "lr": 3e-3, "eval_every": 200, "eval_points": 1000, "iw_samples": 16, "n_samples": 2000},
+    # the CPU comparison: an MLP denoiser (width 256) on the 64 pixels of the digits, T = 10 (about 10 minutes a run on one thread)
+    "digits": {"data": "digits", "n_steps": 10, "hidden": 256, "steps": 1000, "batch_size": 64, "lr": 2e-3, "lr_milestone": 400, "lr_gamma": 0.5, "eval_every": 250, "iw_samples": 64, "n_samples": 1000},
+    # Lahlou et al. 2023 section 4.5: ImageNet-32, T = 100; an MLP (not the paper's U-Net), meant for a GPU
+    "paper": {"data": "imagenet32", "n_steps": 100, "hidden": 2048, "steps": 100000, "batch_size": 128, "lr": 2e-4, "eval_every": 5000, "eval_points": 10000, "iw_samples": 16, "monitor_points": 512, "n_samples": 1000},
+}
+
+
+def _validate(cfg: dict) -> None:
+    """The data must be there (the ImageNet-32 folder: a one-line error naming what is missing) and the settings consistent."""
+    try:
+        check_data(cfg["data"], cfg["data_dir"])
+    except ImageFolderError as e:
+        raise ConfigError(str(e)) from None
+    if cfg["data_dir"] and cfg["data"] != "imagenet32":
+        raise ConfigError(f"data_dir is read only with data=imagenet32, not data={cfg['data']}; drop it or set data=imagenet32")
+    build(env.DiffusionConfig, cfg | {"dim": 1})
+
+
+def make_gflownet(cfg: dict, data: DataSet):
+    """The graph and a fresh GFlowNet (the denoiser, the noising process) for ``cfg`` on ``data``."""
+    space = build(env.DiffusionConfig, cfg | {"dim": data.dim})
+    graph = env.make_graph(space)
+    pf, pb = env.make_policies(graph, space)
+    return graph, GFlowNet(pf, pb)
+
+
+def data_states(x: torch.Tensor, n_steps: int) -> torch.Tensor:
+    """Data points ``x [B, n]`` (model units) as terminal states ``(x, T + 1)`` of the diffusion graph."""
+    return torch.cat([x, torch.full((len(x), 1), float(n_steps + 1), dtype=x.dtype)], 1)
+
+
+def make_batches(gfn: GFlowNet, graph, data: DataSet, cfg: dict):
+    """``step -> Batch``: ``batch_size`` training points (fresh dequantisation), walked back with :math:`P_B`, reparametrised when it is learned."""
+    train = torch.as_tensor(data.train)
+    walk = rsample_backward if cfg["learn_backward"] else sample_backward
+
+    def batches(step: int) -> Batch:
+        idx = torch.randint(len(train), (cfg["batch_size"],))
+        x = data.to_model(train[idx])
+        return Batch(graph, walk(graph, gfn.pb, data_states(x, cfg["n_steps"])), pathwise=cfg["learn_backward"])
+
+    return batches
+
+
+def _nll_metrics(data: DataSet, elbo: torch.Tensor, iw: torch.Tensor, prefix: str = "") -> dict:
+    """The two bounds in data units, with standard errors over the points: bits/dim (images) or nats per point."""
+    out = {}
+    for name, v in (("bound", elbo), ("iw", iw)):
+        mean, se = float(v.mean()), float(v.std() / math.sqrt(len(v))) if len(v) > 1 else float("nan")
+        if data.levels:
+            out[f"{prefix}bpd_{name}"], out[f"{prefix}bpd_{name}_se"] = data.bits_per_dim(mean), se / (data.dim * math.log(2))
+        else:
+            out[f"{prefix}nll_{name}"], out[f"{prefix}nll_{name}_se"] = data.nll_data_units(mean), se
+    return out
+
+
+def _samples(graph, gfn: GFlowNet, n: int, chunk: int = 1000) -> torch.Tensor:
+    return torch.cat([sample_forward(graph, gfn.pf, min(chunk, n - i)).terminal[:, :-1] for i in range(0, n, chunk)])
+
+
+def sample_quality(data: DataSet, x: torch.Tensor) -> dict:
+    """MMD² to the held-out points (data units; grey levels for images) and, for digits, the classifier-feature Frechet distance."""
+    if data.levels:
+        samples, ref = data.to_levels(x), data.test
+    else:
+        samples, ref = data.to_data(x), data.test
+    out = {"mmd2": mmd_rbf(samples, ref)}
+    if data.train_labels is not None:
+        features = DigitsFeatures(data.train, data.train_labels)
+        out |= {
+            "fd_digits": frechet_distance(features(samples), features(data.test)),
+            "fd_digits_train_vs_test": frechet_distance(features(data.train), features(data.test)),
+            "digits_classifier_test_accuracy": features.accuracy(data.test, data.test_labels),
+        }
+    return out
+
+
+@optional_figure
+def _image_grid(data: DataSet, samples: np.ndarray, path: Path, title: str) -> None:
+    """Held-out images beside model samples, 10 x 10 each (grey levels; the first channel of colour images as RGB)."""
+    C, H, W = data.image_shape
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4.2))
+    for ax, (name, imgs) in zip(axes, (("held-out data", data.test[:100]), ("samples", samples[:100]))):
+        imgs = np.clip(imgs / (data.levels - 1), 0, 1).reshape(-1, C, H, W).transpose(0, 2, 3, 1)
+        n = int(math.ceil(math.sqrt(len(imgs))))
+        canvas = np.ones((n * (H + 1), n * (W + 1), C))
+        for i, im in enumerate(imgs):
+            r, c = divmod(i, n)
+            canvas[r * (H + 1) : r * (H + 1) + H, c * (W + 1) : c * (W + 1) + W] = im
+        ax.imshow(canvas[..., 0] if C == 1 else canvas, cmap="gray_r" if C == 1 else None, vmin=0, vmax=1)
+        ax.set_title(name)
+        ax.axis("off")
+    _finish(fig, path, title)
+
+
+def _figure(data: DataSet, x: torch.Tensor, path: Path, title: str) -> None:
+    if data.image_shape is not None:
+        _image_grid(data, data.to_levels(x), path, title)
+        return
+    ref = data.test
+    lo, hi = np.minimum(ref.min(0), -1.0) - 0.5, np.maximum(ref.max(0), 1.0) + 0.5
+    hist, _, _ = np.histogram2d(ref[:, 0], ref[:, 1], bins=100, range=[[lo[0], hi[0]], [lo[1], hi[1]]])
+    plot_sample_panels(hist, (lo[0], hi[0], lo[1], hi[1]), {"held-out data": ref, "samples": data.to_data(x)}, path, title)
+
+
+def run(cfg: dict, out: Path, resume: bool) -> dict:
+    data = load_data(cfg["data"], cfg["data_dir"])
+    graph, gfn = make_gflownet(cfg, data)
+    T = cfg["n_steps"]
+    n_eval = cfg["eval_points"] or len(data.test)
+    held_out = data.to_model(data.test[:n_eval], torch.Generator().manual_seed(0))  # one fixed dequantisation
+    monitor = data_states(held_out[: cfg["monitor_points"]], T)
+
+    def evaluate() -> dict:
+        elbo, _ = log_likelihood_bounds(graph, gfn.pf, gfn.pb, monitor, 1)
+        return {k: v for k, v in _nll_metrics(data, elbo, elbo).items() if "bound" in k and not k.endswith("_se")}
+
+    history = train_gflownet(gfn, graph, get_objective("mle"), cfg | {"lr_logZ": 0.0}, out, resume, evaluate, make_batches(gfn, graph, data, cfg))
+    elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
+    x = _samples(graph, gfn, cfg["n_samples"])
+    phi = gfn.pb.phi.detach()
+    np.savez(out / "samples.npz", x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().numpy())
+    row = "learned P_B" if cfg["learn_backward"] else "fixed P_B (DDPM)"
+    plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
+    _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")
+    return {
+        **_nll_metrics(data, elbo, iw),
+        **sample_quality(data, x),
+        "eval_points": n_eval,
+        "iw_samples": cfg["iw_samples"],
+        "phi_mean": float(phi.mean()),
+        "phi_min": float(phi.min()),
+        "phi_max": float(phi.max()),
+        "seconds": history[-1]["seconds"],
+        "steps": cfg["steps"],
+    }
+
+
+register(Experiment("mle-diffusion", "diffusion model as a GFlowNet trained from data by maximum likelihood, P_B learned or DDPM's (Zhang et al. 2023a; section 4.5)", SETTINGS, PRESETS, run, _validate))
+
+# --- The comparison of Table 4: learned against fixed P_B, same steps and seeds -----------------------------
+
+ROWS = (("learned P_B (MLE-GFN)", True), ("fixed P_B (DDPM)", False))
+PAPER = "Lahlou et al. 2023, Table 4 (ImageNet-32, T = 100, U-Net): NLL 4.57 -> 4.47 bits/dim, FID 17.65 -> 16.36 (fixed -> learned P_B)"
+
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "learn_backward"} | {
+    "seeds": Setting(3, "seeds per row: --seed, --seed + 1, ... (each seed trains both rows)", low=1),
+    "jobs": JOBS_SETTING,
+}
+TABLE_PRESETS = {
+    "quick": PRESETS["quick"] | {"steps": 300, "seeds": 2},
+    "digits": PRESETS["digits"] | {"seeds": 3},
+    "paper": PRESETS["paper"] | {"seeds": 3},
+}
+
+
+def _validate_table(cfg: dict) -> None:
+    _validate({k: v for k, v in cfg.items() if k not in ("seeds", "jobs")} | {"learn_backward": True})
+
+
+def _stats(v: list[float]) -> tuple[float, float]:
+    a = np.asarray(v, dtype=np.float64)
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else float("nan")
+
+
+def run_table(cfg: dict, out: Path, resume: bool) -> dict:
+    """Both rows over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with the paired differences."""
+    base_seed = torch.initial_seed()
+    common = {k: v for k, v in cfg.items() if k not in ("seeds", "jobs")}
+    keys = [(label, learn, base_seed + k) for k in range(cfg["seeds"]) for label, learn in ROWS]
+    jobs = [SubRun(out / ("learned" if learn else "fixed") / f"seed{seed}", seed, common | {"learn_backward": learn}) for label, learn, seed in keys]
+    finished = run_many(run, jobs, resume, cfg["jobs"])
+    unit = "bpd" if "bpd_bound" in finished[0] else "nll"
+    names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
+    by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _ in ROWS}
+    history = [{"step": i + 1, "trajectories": 0, "row": label, "seed": seed, **{n: m[n] for n in names}} for i, ((label, _, seed), m) in enumerate(zip(keys, finished))]
+    metrics, lines = {}, [f"{cfg['data']}: mean ± std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})", f"{'row':<24}" + "".join(f"{n:>22}" for n in names)]
+    for label, vals in by_row.items():
+        cells = []
+        for n in names:
+            mean, std = _stats(vals[n])
+            metrics[f"{n}/{label}/mean"], metrics[f"{n}/{label}/std"] = mean, std
+            cells.append(f"{mean:>12.4f} ± {std:<7.4f}")
+        lines.append(f"{label:<24}" + "".join(cells))
+    (learned, _), (fixed, _) = ROWS
+    diff_cells = []
+    for n in names:  # paired by seed: the same seed trains both rows
+        mean, std = _stats([a - b for a, b in zip(by_row[learned][n], by_row[fixed][n])])
+        metrics[f"{n}/difference/mean"], metrics[f"{n}/difference/std"] = mean, std
+        diff_cells.append(f"{mean:>+12.4f} ± {std:<7.4f}")
+    lines += [f"{'learned - fixed (paired)':<24}" + "".join(diff_cells), f"paper: {PAPER}"]
+    table = "\n".join(lines) + "\n"
+    (out / "table.txt").write_text(table)
+    print(table)
+    with (out / "history.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in history)
+    first = jobs[0].out
+    with np.load(first / "samples.npz") as z:
+        np.savez(out / "samples.npz", **dict(z))
+    copy_figure(first / "samples.png", out / "samples.png")
+    return metrics | {"seeds": cfg["seeds"]}
+
+
+register(Experiment("mle-diffusion-table", "Table 4: learned against fixed (DDPM) P_B over seeds, held-out NLL and sample quality, paired differences", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))

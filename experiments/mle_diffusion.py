@@ -213,9 +213,14 @@ def _validate_table(cfg: dict) -> None:
     _validate({k: v for k, v in cfg.items() if k not in ("seeds", "jobs")} | {"learn_backward": True})
 
 
-def _stats(v: list[float]) -> tuple[float, float]:
+def _stats(v: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (``ddof = 1``; ``None`` for one seed)."""
     a = np.asarray(v, dtype=np.float64)
-    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else float("nan")
+    return float(a.mean()), (float(a.std(ddof=1)) if len(a) > 1 else None)
+
+
+def _cell(mean: float, std: float | None, sign: str = "") -> str:
+    return f"{mean:>{sign}12.4f} ± {std:<7.4f}" if std is not None else f"{mean:>{sign}12.4f}" + " " * 10
 
 
 def run_table(cfg: dict, out: Path, resume: bool) -> dict:
@@ -229,20 +234,24 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
     by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _ in ROWS}
     history = [{"step": i + 1, "trajectories": 0, "row": label, "seed": seed, **{n: m[n] for n in names}} for i, ((label, _, seed), m) in enumerate(zip(keys, finished))]
-    metrics, lines = {}, [f"{cfg['data']}: mean ± std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})", f"{'row':<24}" + "".join(f"{n:>22}" for n in names)]
+    metrics, lines = {}, [f"{cfg['data']}: mean ± sample std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})", f"{'row':<24}" + "".join(f"{n:>22}" for n in names)]
     for label, vals in by_row.items():
         cells = []
         for n in names:
             mean, std = _stats(vals[n])
-            metrics[f"{n}/{label}/mean"], metrics[f"{n}/{label}/std"] = mean, std
-            cells.append(f"{mean:>12.4f} ± {std:<7.4f}")
+            metrics[f"{n}/{label}/mean"] = mean
+            if std is not None:
+                metrics[f"{n}/{label}/std"] = std
+            cells.append(_cell(mean, std))
         lines.append(f"{label:<24}" + "".join(cells))
     (learned, _), (fixed, _) = ROWS
     diff_cells = []
     for n in names:  # paired by seed: the same seed trains both rows
         mean, std = _stats([a - b for a, b in zip(by_row[learned][n], by_row[fixed][n])])
-        metrics[f"{n}/difference/mean"], metrics[f"{n}/difference/std"] = mean, std
-        diff_cells.append(f"{mean:>+12.4f} ± {std:<7.4f}")
+        metrics[f"{n}/difference/mean"] = mean
+        if std is not None:
+            metrics[f"{n}/difference/std"] = std
+        diff_cells.append(_cell(mean, std, "+"))
     lines += [f"{'learned - fixed (paired)':<24}" + "".join(diff_cells), f"paper: {PAPER}"]
     table = "\n".join(lines) + "\n"
     (out / "table.txt").write_text(table)

@@ -37,7 +37,7 @@ def frechet_distance(f1: np.ndarray, f2: np.ndarray) -> float:
     mu1, mu2 = f1.mean(0), f2.mean(0)
     eye = 1e-6 * np.eye(f1.shape[1])  # dead features (zero variance) make C_1 C_2 singular; an offset as in pytorch-fid
     c1, c2 = np.cov(f1, rowvar=False) + eye, np.cov(f2, rowvar=False) + eye
-    root, _ = linalg.sqrtm(c1 @ c2, disp=False)
+    root = linalg.sqrtm(c1 @ c2)
     return float(((mu1 - mu2) ** 2).sum() + np.trace(c1 + c2 - 2 * root.real))
 
 

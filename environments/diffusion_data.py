@@ -41,7 +41,7 @@ class DataSet:
 
     Attributes:
         name: the data set.
-        train, test: raw values ``[N, n]`` (float64; grey levels for images).
+        train, test: raw values ``[N, n]`` (grey levels for images, kept as stored: uint8 for ImageNet-32).
         levels: number of grey levels of an image set (dequantised uniformly per level), 0 for continuous data.
         shift, scale: model units :math:`x = (y - a)/b` with :math:`y` the (dequantised, stretched) data.
         image_shape: ``(channels, height, width)`` of an image set, else ``None``.
@@ -69,14 +69,14 @@ class DataSet:
 
     def to_model(self, raw: np.ndarray | Tensor, generator: torch.Generator | None = None) -> Tensor:
         """Raw values ``[B, n]`` in model units (float32), dequantised with fresh uniforms from ``generator`` for images."""
-        v = torch.as_tensor(raw, dtype=torch.float64)
-        if self.levels:
-            v = (v + torch.rand(v.shape, generator=generator, dtype=torch.float64)) * (256.0 / self.levels)
-        return ((v - self.shift) / self.scale).float()
+        v = torch.as_tensor(np.asarray(raw.cpu() if isinstance(raw, Tensor) else raw), dtype=torch.float64, device="cpu")
+        if self.levels:  # uniforms drawn on the CPU (the run's seeded stream, or ``generator``), the batch then moved to the default device
+            v = (v + torch.rand(v.shape, generator=generator, dtype=torch.float64, device="cpu")) * (256.0 / self.levels)
+        return ((v - self.shift) / self.scale).float().to(torch.get_default_device())
 
     def to_data(self, x: Tensor) -> np.ndarray:
         """Model units back to data units (for images: the 0-255 scale, clipped to ``[0, 256)``)."""
-        y = x.double().numpy() * self.scale + self.shift
+        y = x.detach().double().cpu().numpy() * self.scale + self.shift
         return np.clip(y, 0.0, 255.999) if self.levels else y
 
     def to_levels(self, x: Tensor) -> np.ndarray:
@@ -145,7 +145,7 @@ def _imagenet32(folder: str) -> DataSet:
             raise ImageFolderError(f"{path} cannot be read as a downsampled-ImageNet batch with key 'data' ({type(e).__name__})") from None
         if data.ndim != 2 or data.shape[1] != 3072:
             raise ImageFolderError(f"{path}: 'data' has shape {data.shape}, expected [N, 3072] (3 x 32 x 32 uint8)")
-        return data.astype(np.float64)
+        return data
 
     return DataSet("imagenet32", np.concatenate([read(p) for p in train_files]), read(test_file), levels=256, shift=128.0, scale=128.0, image_shape=(3, 32, 32))
 

@@ -86,12 +86,11 @@ def data_states(x: torch.Tensor, n_steps: int) -> torch.Tensor:
 
 def make_batches(gfn: GFlowNet, graph, data: DataSet, cfg: dict):
     """``step -> Batch``: ``batch_size`` training points (fresh dequantisation), walked back with :math:`P_B`, reparametrised when it is learned."""
-    train = torch.as_tensor(data.train)
     walk = rsample_backward if cfg["learn_backward"] else sample_backward
 
     def batches(step: int) -> Batch:
-        idx = torch.randint(len(train), (cfg["batch_size"],))
-        x = data.to_model(train[idx])
+        idx = torch.randint(len(data.train), (cfg["batch_size"],), device="cpu").numpy()  # the training set stays in host memory
+        x = data.to_model(data.train[idx])
         return Batch(graph, walk(graph, gfn.pb, data_states(x, cfg["n_steps"])), pathwise=cfg["learn_backward"])
 
     return batches
@@ -173,8 +172,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, get_objective("mle"), cfg | {"lr_logZ": 0.0}, out, resume, evaluate, make_batches(gfn, graph, data, cfg))
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
     x = _samples(graph, gfn, cfg["n_samples"])
-    phi = gfn.pb.phi.detach()
-    np.savez(out / "samples.npz", x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().numpy())
+    phi = gfn.pb.phi.detach().cpu()
+    np.savez(out / "samples.npz", x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy())
     row = "learned P_B" if cfg["learn_backward"] else "fixed P_B (DDPM)"
     plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
     _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")

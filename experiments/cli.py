@@ -12,7 +12,9 @@ last checkpoint is and exits with code 130. See the README's "Reliability" secti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -22,11 +24,14 @@ import torch
 
 from environments import ENVIRONMENTS, get_environment
 from gflownet_measure.checks import METHODS, check_graph
+from gflownet_measure.distributed import ReplicaFinished, broadcast_object, init_from_env, is_main
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
 from .common import WallClock, write_json
 from .memory import require_memory
+from .cluster import require_ray
+from .launch import launch_replicas
 from .run_folder import RunFolder, load_run_config
 from .settings import ConfigError, build, parse_assignments, resolve
 from .user_space import load_user_space
@@ -34,6 +39,10 @@ from .user_space import load_user_space
 PROG = "gflownet-measure"
 MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
 DEFAULTS = {"preset": "quick", "seed": 0, "device": "cpu"}
+# One torch thread by default: every network here is small (hidden widths of 64-256, batches of 16-128), so torch's
+# default of one thread per core buys little on an idle machine and costs 10x or more where the cores are shared
+# (measured: docs/results.md, "Wall clock"). Multi-run experiments scale out with processes (--set jobs=N) instead.
+DEFAULT_THREADS = 1
 CHECK_FORMS = """SPACE is one of:
   NAME                  a registered environment (see `gflownet-measure list`); --set gives its settings
   MODULE:FACTORY        a function in a dotted module importable from the current directory, e.g. my_space:make_graph
@@ -60,14 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+")
     r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with its saved settings")
     r.add_argument("--overwrite", action="store_true", help="replace the run that --out holds (its files are deleted)")
-    r.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    r.add_argument("--world-size", type=int, default=1, metavar="N", help="train one run on N processes (data parallel, torch.distributed; gloo on CPU, NCCL on CUDA); or launch with torchrun (docs/scale_out.md)")
+    r.add_argument("--threads", type=int, default=DEFAULT_THREADS, help=f"torch CPU threads (default {DEFAULT_THREADS}; see docs/results.md, Wall clock)")
     c = sub.add_parser("check", help="check the theory's conditions on an environment or a space of your own", epilog=CHECK_FORMS, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("space", metavar="SPACE", help="NAME, MODULE:FACTORY or PATH.py:FACTORY (below)")
     c.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+", help="settings of SPACE (below)")
     c.add_argument("--samples", type=int, default=256, help="Monte Carlo nodes per continuous piece")
     c.add_argument("--method", default="auto", choices=METHODS, help="integration on continuous pieces: auto (quadrature for eq. 4 where every piece has at most 3 coordinates, else Monte Carlo), mc or quadrature")
     c.add_argument("--seed", type=int, default=0, help="seed of the checks' draws and of the space's construction (default 0)")
-    c.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    c.add_argument("--threads", type=int, default=DEFAULT_THREADS, help=f"torch CPU threads (default {DEFAULT_THREADS}; see docs/results.md, Wall clock)")
     return p
 
 
@@ -80,12 +90,11 @@ def _check_seed(seed: int) -> None:
         raise ConfigError(f"--seed={seed} is out of range; valid: 0 to {MAX_SEED}")
 
 
-def _set_threads(threads: int | None) -> None:
-    """``--threads``: torch's CPU threads, at least 1 (``None``: torch's choice)."""
-    if threads is not None:
-        if threads < 1:
-            raise ConfigError(f"--threads={threads} is out of range; valid: >= 1")
-        torch.set_num_threads(threads)
+def _set_threads(threads: int) -> None:
+    """``--threads``: torch's CPU threads, at least 1."""
+    if threads < 1:
+        raise ConfigError(f"--threads={threads} is out of range; valid: >= 1")
+    torch.set_num_threads(threads)
 
 
 def cmd_list() -> int:
@@ -115,6 +124,7 @@ def _saved_run(out: Path, name: str) -> dict:
 
 
 def cmd_run(args) -> int:
+    """One run; under ``torchrun`` (or ``--world-size N``, which launches it) one replica of a data-parallel run."""
     exp = get_experiment(args.name)
     if args.out == "":
         raise ConfigError("--out '' names no folder; give a run folder, e.g. --out runs/my-run")
@@ -140,17 +150,38 @@ def cmd_run(args) -> int:
         raise ConfigError("--device cuda: no CUDA device is available; valid here: cpu")
     _set_threads(args.threads)
     exp.validate(cfg)  # every setting and input, before the folder is touched
-    with RunFolder(out, exp.name, resume=args.resume, overwrite=args.overwrite):
-        if not args.resume:
-            write_json(out / "config.json", {"experiment": exp.name, "preset": preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "settings": cfg})
+    if cfg.get("executor") == "ray":
+        require_ray()
+    if args.world_size < 1:
+        raise ConfigError(f"--world-size={args.world_size} is out of range; valid: >= 1")
+    if (args.world_size > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1) and exp.multi_run:
+        raise ConfigError(f"{exp.name} trains many runs: spread them over processes with --set jobs=N, not --world-size")
+    if args.world_size > 1:
+        return launch_replicas(args, out)
+    rank, size = init_from_env(device)
+    out = broadcast_object(out)  # under torchrun without --out, rank 0's timestamp names the folder
+    with contextlib.ExitStack() as stack:
+        error = None
+        if rank == 0:  # the folder is rank 0's: lock, checks, config.json; the other replicas wait for its verdict
+            try:
+                stack.enter_context(RunFolder(out, exp.name, resume=args.resume, overwrite=args.overwrite))
+                if not args.resume:
+                    write_json(out / "config.json", {"experiment": exp.name, "preset": preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "world_size": size, "settings": cfg})
+            except ConfigError as e:
+                error = str(e)
+        error = broadcast_object(error)
+        if error is not None:
+            raise ConfigError(error)
         resume = args.resume and (exp.multi_run or has_checkpoint(out))
-        if args.resume and not resume:
+        if args.resume and not resume and rank == 0:
             print(f"{PROG}: {out} has no checkpoint yet (the run stopped before its first): training it from the start", file=sys.stderr)
         seed_everything(seed)
         use_device(device)
         try:
-            with WallClock(out, resume) as clock:
+            with WallClock(out, resume) if rank == 0 else contextlib.nullcontext() as clock:
                 metrics = exp.run(cfg, out, resume)
+        except ReplicaFinished:
+            return 0
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted; the last checkpoint is kept in {out}: continue with `{PROG} run {exp.name} --out {out} --resume`") from None
         metrics.setdefault("seconds", clock.seconds())  # single runs report their training time; tables the wall clock of every session
@@ -198,10 +229,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         return cmd_check(args)
     except (ConfigError, CheckpointError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        if is_main():  # every replica of a data-parallel run meets the same error: one line, from rank 0
+            print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
-        print(f"{PROG}: training stopped: {e}", file=sys.stderr)
+        if is_main():
+            print(f"{PROG}: training stopped: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         print(f"\n{PROG}: {e or 'interrupted'}", file=sys.stderr)  # a new line: a progress bar may hold the current one

@@ -26,7 +26,7 @@ from gflownet_measure.trajectories import Trajectories
 from .run_folder import load_run_config
 from .settings import ConfigError
 
-__all__ = ["TRAINING_SETTINGS", "JOBS_SETTING", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "learned_log_Z", "final_samples"]
+__all__ = ["TRAINING_SETTINGS", "EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "learned_log_Z", "final_samples"]
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -40,7 +40,13 @@ TRAINING_SETTINGS = {
     "eval_every": Setting(100, "updates between evaluations", low=1),
 }
 
-JOBS_SETTING = Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1)", low=1)
+# How a multi-run experiment spreads its runs: processes on this machine, or tasks on a Ray cluster. Table-level
+# settings: they are not passed to the runs, whose folders, seeds and results are the same either way.
+EXECUTION_SETTINGS = {
+    "jobs": Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1); with executor=ray, the runs in flight on the cluster", low=1),
+    "executor": Setting("local", "where the runs train: local (a process pool here) or ray (tasks on a Ray cluster; pip install -e '.[cluster]')", choices=("local", "ray")),
+    "address": Setting("", "Ray cluster to join with executor=ray (auto, ray://HOST:10001; empty: start a Ray instance on this machine)"),
+}
 
 
 def run_id(cfg: dict) -> dict:
@@ -110,8 +116,9 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     return json.loads(done.read_text())
 
 
-def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False) -> list[dict]:
-    """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other).
+def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False, executor: str = "local", address: str = "") -> list[dict]:
+    """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other),
+    or, with ``executor="ray"``, as tasks of the Ray cluster at ``address`` (:func:`experiments.cluster.run_on_ray`).
 
     ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
     Each worker runs with this process's torch thread count and default device; an error in any job is raised here
@@ -119,6 +126,10 @@ def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 
     training, whose metrics are then ``{"diverged": message}`` (a table reports such a row as the paper reports an
     unstable one). Workers end with this process (:func:`_exit_with_parent`).
     """
+    if executor == "ray":
+        from .cluster import run_on_ray
+
+        return run_on_ray(_one, run_fn, jobs, resume, diverged_ok, workers, address)
     if workers <= 1 or len(jobs) <= 1:
         return [_one(run_fn, job, resume, diverged_ok) for job in jobs]
     context = multiprocessing.get_context("spawn")

@@ -69,7 +69,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         "log_Z_importance_weighted": iw,
         "seconds": history[-1]["seconds"],
         "steps": cfg["steps"],
-        "trajectories": cfg["steps"] * cfg["batch_size"],
+        "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
     }
 
 

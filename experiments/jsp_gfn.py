@@ -43,7 +43,7 @@ from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import Trainer, make_optimizer
 from gflownet_measure.walkers import Walkers
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
+from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
@@ -371,7 +371,7 @@ def _dims(cfg: dict) -> list[int]:
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
     "dims": Setting("3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"),
     "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
-    "jobs": JOBS_SETTING,
+    **EXECUTION_SETTINGS,
 }
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
@@ -385,9 +385,9 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     paper (``d <= 5``) or beside the baselines (beyond)."""
     seed = torch.initial_seed()
     dims = _dims(cfg)
-    sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", "jobs")} | {"data": ""}
+    sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", *EXECUTION_SETTINGS)} | {"data": ""}
     jobs = [SubRun(out / f"d{d}" / f"data{k}", seed + k, sub_cfg | {"d": d, "data_seed": k}) for d in dims for k in range(cfg["datasets"])]
-    results = iter(run_many(run, jobs, resume, cfg["jobs"]))
+    results = iter(run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"]))
     rows = {d: [next(results) for _ in range(cfg["datasets"])] for d in dims}
     names = baseline_names(cfg)
     history, lines, metrics = [], [], {}

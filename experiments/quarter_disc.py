@@ -27,7 +27,7 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import sample_backward, sample_forward
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, final_samples, learned_log_Z, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, final_samples, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, register
@@ -159,7 +159,7 @@ register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture 
 CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
 FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("objective", "backward", "rho")} | {
     "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
-    "jobs": JOBS_SETTING,
+    **EXECUTION_SETTINGS,
 }
 FIGURE1_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
@@ -203,13 +203,13 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
     finals: dict[str, list[dict]] = {}
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", "jobs")}
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", *EXECUTION_SETTINGS)}
     jobs = [
         SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"objective": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
         for loss, backward, rho in CONFIGS
         for k in range(cfg["seeds"])
     ]
-    for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"])):
+    for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])):
         name = job.out.parent.name
         runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
         finals.setdefault(name, []).append(sub_metrics)

@@ -35,7 +35,7 @@ from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objecti
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
 from gflownet_measure.training import TrainingDiverged
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, learned_log_Z, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
@@ -219,7 +219,7 @@ SMC_SETTINGS = {"gmm9": {"ref_std": 5.0}, "funnel": {"ref_std": 1.0, "n_moves": 
 
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("target", "objective", "regime", "langevin")} | {
     "seeds": Setting(3, "seeds per row and target: --seed, --seed + 1, ...", low=1),
-    "jobs": JOBS_SETTING,
+    **EXECUTION_SETTINGS,
     "targets": Setting("gmm9,funnel", "comma-separated targets", choices=("gmm9,funnel", "gmm9", "funnel")),
     "rows": Setting("all", "which rows: all, or the comma-separated indices into ROWS (0-6)"),
     "smc_particles": Setting(2000, "particles of the SMC and HMC baselines", low=10),
@@ -244,7 +244,7 @@ def _rows(spec: str) -> list[tuple]:
 
 
 def _validate_table(cfg: dict) -> None:
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", "jobs")}
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)}
     for _, objective, regime, langevin in _rows(cfg["rows"]):
         _validate(common | {"objective": objective, "regime": regime, "langevin": langevin, "target": cfg["targets"].split(",")[0]})
 
@@ -259,12 +259,12 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     rows = _rows(cfg["rows"])
     results: dict[str, dict[str, list[tuple[float, float]]]] = {}
     history = []
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", "jobs")}
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)}
     keys = [(target, label, base_seed + k) for target in cfg["targets"].split(",") for label, _, _, _ in rows for k in range(cfg["seeds"])]
     settings = {label: {"objective": objective, "regime": regime, "langevin": langevin} for label, objective, regime, langevin in rows}
     jobs = [SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label]) for target, label, seed in keys]
     diverged: dict[tuple[str, str], int] = {}
-    finished = run_many(run, jobs, resume, cfg["jobs"], diverged_ok=True)
+    finished = run_many(run, jobs, resume, cfg["jobs"], diverged_ok=True, executor=cfg["executor"], address=cfg["address"])
     for (target, label, seed), m in zip(keys, finished):
         row = results.setdefault(target, {}).setdefault(label, [])
         if "diverged" in m:  # the paper's "unstable": counted, not averaged

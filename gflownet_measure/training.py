@@ -15,6 +15,8 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from .distributed import ReplicaFinished, average_gradients, broadcast_parameters, gather_objects, is_main, replica_seed, world
+
 __all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "make_optimizer", "Trainer"]
 
 CHECKPOINTS = ("checkpoint.pt", "checkpoint.prev.pt")  # a run folder's last checkpoint and the one before it, newest first
@@ -78,6 +80,13 @@ class Trainer:
     Each checkpoint is written to a temporary file and renamed into place; the one before it is kept as
     ``checkpoint.prev.pt``, so a resume falls back to it when the last one cannot be read (a truncated file, a disk
     that filled up).
+
+    In a process group of ``W`` replicas (:mod:`~gflownet_measure.distributed`), each update averages the replicas'
+    gradients (an update of ``W * items_per_step`` items), every replica draws from its own random stream, and rank 0
+    alone evaluates and writes; the checkpoint keeps every replica's random state, so a resume at the same ``W``
+    continues each stream exactly, and one at another ``W`` (1 included) continues from rank 0's weights and optimiser
+    with fresh streams :func:`~gflownet_measure.distributed.replica_seed` ``(seed, rank, step)``. On ranks other than 0,
+    :meth:`run` ends with :class:`~gflownet_measure.distributed.ReplicaFinished`.
     """
 
     def __init__(self, model: nn.Module, optimizer, scheduler, step_fn: Callable[[int], Tensor], evaluate: Callable[[], dict], out_dir: Path, steps: int, eval_every: int, items_per_step: int, grad_clip: float = 0.0, run_id: dict | None = None):
@@ -88,8 +97,13 @@ class Trainer:
         self.run_id = None if run_id is None else json.loads(json.dumps(run_id))  # as it reads back from a checkpoint
         self.checkpoint, self.previous = (self.out_dir / name for name in CHECKPOINTS)
         self.history_path = self.out_dir / "history.jsonl"
+        self.seed = torch.initial_seed() if run_id is None else self.run_id.get("seed", torch.initial_seed())
 
     def _save(self, step: int, seconds: float) -> None:
+        """Rank 0 writes ``checkpoint.pt`` with every replica's random state (a collective: every replica calls it)."""
+        rngs = gather_objects({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()})
+        if not is_main():
+            return
         state = {
             "step": step,
             "seconds": seconds,
@@ -97,7 +111,8 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler else None,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+            "rng": rngs[0],
+            "replica_rng": rngs[1:],  # ranks 1..W-1 (empty for one process)
         }
         tmp = self.checkpoint.with_suffix(".tmp")
         torch.save(state, tmp)
@@ -132,16 +147,21 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler and state["scheduler"]:
             self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
-        if self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
+        rank, size = world()
+        rngs = [state["rng"], *state.get("replica_rng", [])]
+        if rank == 0 or len(rngs) == size:  # this replica's own streams
+            torch.set_rng_state(rngs[rank]["torch"])
+            np.random.set_state(rngs[rank]["numpy"])
+            random.setstate(rngs[rank]["python"])
+        else:  # a resume at another world size: fresh, reproducible streams
+            seed_everything(replica_seed(self.seed, rank, state["step"]))
+        if is_main() and self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
             rows = [r for r in self._history() if r["step"] <= state["step"]]
             self.history_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return state["step"], state["seconds"]
 
     def _log(self, step: int, seconds: float, loss: float) -> dict:
-        row = {"step": step, "trajectories": step * self.items_per_step, "seconds": round(seconds, 3), "loss": loss}
+        row = {"step": step, "trajectories": step * self.items_per_step * world()[1], "seconds": round(seconds, 3), "loss": loss}
         row.update(self.evaluate())
         with self.history_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -149,20 +169,25 @@ class Trainer:
 
     def run(self, resume: bool = False) -> list[dict]:
         """Train to ``steps``; returns the history rows. Raises :class:`TrainingDiverged` on a non-finite loss."""
+        rank, size = world()
         start, seconds = self._restore() if resume else (0, 0.0)
         if not resume:
-            self.history_path.write_text("")
+            if size > 1:
+                seed_everything(replica_seed(self.seed, rank))
+            if rank == 0:
+                self.history_path.write_text("")
             self._save(0, 0.0)
+        broadcast_parameters(self.model)
         t0 = time.perf_counter() - seconds
-        bar = tqdm(range(start, self.steps), initial=start, total=self.steps, desc="train", mininterval=2.0, dynamic_ncols=True)
+        bar = tqdm(range(start, self.steps), initial=start, total=self.steps, desc="train", mininterval=2.0, dynamic_ncols=True, disable=rank > 0)
         loss_value = float("nan")
         for step in bar:
             loss = self.step_fn(step)
-            loss_value = float(loss.detach())
-            if not np.isfinite(loss_value):
-                raise TrainingDiverged(f"loss is {loss_value} at step {step}; stopped, last good checkpoint kept at {self.checkpoint}")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            loss_value = average_gradients([p for g in self.optimizer.param_groups for p in g["params"]], loss)
+            if not np.isfinite(loss_value):
+                raise TrainingDiverged(f"loss is {loss_value} at step {step}; stopped, last good checkpoint kept at {self.checkpoint}")
             params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
             norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip > 0 else float("inf"))
             if not torch.isfinite(norm):
@@ -172,10 +197,13 @@ class Trainer:
                 self.scheduler.step()
             done = step + 1
             if done % self.eval_every == 0 or done == self.steps:
-                row = self._log(done, time.perf_counter() - t0, loss_value)
-                bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k not in ("step", "trajectories", "seconds")}, refresh=False)
+                if rank == 0:
+                    row = self._log(done, time.perf_counter() - t0, loss_value)
+                    bar.set_postfix({k: f"{v:.4g}" for k, v in row.items() if k not in ("step", "trajectories", "seconds")}, refresh=False)
                 self._save(done, time.perf_counter() - t0)
         bar.close()
+        if rank > 0:
+            raise ReplicaFinished(f"replica {rank} of {size} finished {self.steps} updates; rank 0 evaluates and writes {self.out_dir}")
         return self._history()
 
     def _history(self) -> list[dict]:

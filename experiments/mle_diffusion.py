@@ -33,7 +33,7 @@ from gflownet_measure.objectives import Batch, GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
 
-from .common import JOBS_SETTING, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
 from .plots import _finish, copy_figure, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, register
 from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
@@ -199,7 +199,7 @@ PAPER = "Lahlou et al. 2023, Table 4 (ImageNet-32, T = 100, U-Net): NLL 4.57 -> 
 
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "learn_backward"} | {
     "seeds": Setting(3, "seeds per row: --seed, --seed + 1, ... (each seed trains both rows)", low=1),
-    "jobs": JOBS_SETTING,
+    **EXECUTION_SETTINGS,
 }
 TABLE_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 300, "seeds": 2},
@@ -209,7 +209,7 @@ TABLE_PRESETS = {
 
 
 def _validate_table(cfg: dict) -> None:
-    _validate({k: v for k, v in cfg.items() if k not in ("seeds", "jobs")} | {"learn_backward": True})
+    _validate({k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)} | {"learn_backward": True})
 
 
 def _stats(v: list[float]) -> tuple[float, float | None]:
@@ -225,10 +225,10 @@ def _cell(mean: float, std: float | None, sign: str = "") -> str:
 def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     """Both rows over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with the paired differences."""
     base_seed = torch.initial_seed()
-    common = {k: v for k, v in cfg.items() if k not in ("seeds", "jobs")}
+    common = {k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)}
     keys = [(label, learn, base_seed + k) for k in range(cfg["seeds"]) for label, learn in ROWS]
     jobs = [SubRun(out / ("learned" if learn else "fixed") / f"seed{seed}", seed, common | {"learn_backward": learn}) for label, learn, seed in keys]
-    finished = run_many(run, jobs, resume, cfg["jobs"])
+    finished = run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])
     unit = "bpd" if "bpd_bound" in finished[0] else "nll"
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
     by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _ in ROWS}

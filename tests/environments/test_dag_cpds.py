@@ -229,13 +229,13 @@ def test_make_model_builds_every_registered_model():
     for name, cls in CPD_MODELS.items():
         model = make_model(name, cat if cls.kind == "categorical" else cont, 0.04, 3.0, "erdos_renyi", 1.0)
         assert type(model) is cls and model.prior_var == 3.0 and model.log_edge_odds != 0.0
-        assert cls.kind == "categorical" or model.obs_var == 0.04
+        assert not hasattr(model, "obs_var") or model.obs_var == 0.04  # a categorical or zero-inflated model has no fixed noise variance
     assert make_model("mlp", cont, hidden=7).hidden == 7
     assert make_model("lingauss", cat.double()).kind == "continuous"  # data that look categorical: allowed
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: make_model("probit", _continuous()), r"unknown CPD model 'probit'; choose one of \('lingauss', 'mlp', 'categorical-mlp'\)"),
+    (lambda: make_model("probit", _continuous()), r"unknown CPD model 'probit'; choose one of \('lingauss', 'mlp', 'categorical-mlp', 'zi-mlp'\)"),
     (lambda: make_model("lingauss", _continuous(), hidden=3), r"'lingauss' takes no option \['hidden'\]"),
     (lambda: make_model("categorical-mlp", _continuous()), "data must be integer states"),
     (lambda: CategoricalMLP(-_categorical() - 1), "data must be integer states"),

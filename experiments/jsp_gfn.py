@@ -172,6 +172,8 @@ def _baseline_samples(name: str, cfg: dict, problem, seed: int):
     if not ok:
         return reason
     function = structure_baselines.load(name)
+    if name == "dibs" and not hasattr(model, "obs_var"):
+        return "DiBS here models Gaussian CPDs with a fixed noise variance (linear or MLP); this model has none"
     if name == "dibs":
         r = function(model, seed=seed, steps=cfg["dibs_steps"], nonlinear=not linear, edges_per_node=cfg["edges_per_node"])
         if not len(r.graphs):

@@ -215,14 +215,15 @@ def plot_edge_marginals(marginals: dict[str, np.ndarray], truth: np.ndarray, nam
     panels = {**marginals, "reference graph": np.asarray(truth, dtype=float)}
     d = len(names)
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 0.8, 3.9), squeeze=False)
-    for ax, (name, m) in zip(axes[0], panels.items()):
+    for k, (ax, (name, m)) in enumerate(zip(axes[0], panels.items())):
         image = ax.imshow(np.asarray(m), vmin=0.0, vmax=1.0, cmap="Blues")
         for i, j in zip(*np.nonzero(np.asarray(truth))):
             ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="crimson", lw=1.2))
         ax.set_xticks(range(d), names, rotation=90, fontsize=7)
-        ax.set_yticks(range(d), names, fontsize=7)
+        ax.set_yticks(range(d), names if k == 0 else [], fontsize=7)
         ax.set_xlabel("child j", fontsize=8)
-        ax.set_ylabel("parent i", fontsize=8)
+        if k == 0:
+            ax.set_ylabel("parent i", fontsize=8)
         ax.set_title(name, fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="P(i -> j)")
     fig.suptitle(title)

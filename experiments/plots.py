@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset"]
+__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
 
 
 class FigureWarning(UserWarning):
@@ -206,3 +206,26 @@ def plot_per_dataset(panels: list[tuple[str, dict[str, np.ndarray], dict[str, tu
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     _finish(fig, path, title)
+
+
+@optional_figure
+def plot_edge_marginals(marginals: dict[str, np.ndarray], truth: np.ndarray, names: list[str], path: Path, title: str) -> None:
+    """Heat maps of posterior edge marginals ``P(i -> j)`` (one panel per sampler in ``marginals``, rows = parent i,
+    columns = child j) beside the reference graph ``truth [d, d]`` (0/1), the reference's edges outlined in every panel."""
+    panels = {**marginals, "reference graph": np.asarray(truth, dtype=float)}
+    d = len(names)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 0.8, 3.9), squeeze=False)
+    for k, (ax, (name, m)) in enumerate(zip(axes[0], panels.items())):
+        image = ax.imshow(np.asarray(m), vmin=0.0, vmax=1.0, cmap="Blues")
+        for i, j in zip(*np.nonzero(np.asarray(truth))):
+            ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="crimson", lw=1.2))
+        ax.set_xticks(range(d), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(d), names if k == 0 else [], fontsize=7)
+        ax.set_xlabel("child j", fontsize=8)
+        if k == 0:
+            ax.set_ylabel("parent i", fontsize=8)
+        ax.set_title(name, fontsize=9)
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="P(i -> j)")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -22,7 +22,8 @@ class Setting:
     """A key's default, its type (from the default), and either ``choices`` or a closed range ``[low, high]``.
 
     ``path``: the value names a file; a non-empty one is made absolute when parsed, so that the resolved settings
-    (a run's ``config.json``) name the same file from any working directory. ``aliases``: former names of the key,
+    (a run's ``config.json``) name the same file from any working directory, except the names in ``keywords`` (a
+    shipped data set such as ``sachs``), kept as they are. ``aliases``: former names of the key,
     still accepted (with a deprecation warning) by the command line.
     """
 
@@ -32,6 +33,7 @@ class Setting:
     low: float | None = None
     high: float | None = None
     path: bool = False
+    keywords: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
 
     def check(self, key: str, value: Any) -> None:
@@ -57,13 +59,13 @@ class Setting:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         self.check(key, value)
-        if self.path and value:
+        if self.path and value and value not in self.keywords:
             value = os.path.abspath(os.path.expanduser(value))
         return value
 
 
 def option(default: Any, help: str = "", **valid: Any) -> Any:
-    """A dataclass field declared as a :class:`Setting` (``valid``: ``choices``, ``low``, ``high``, ``path``, ``aliases``)."""
+    """A dataclass field declared as a :class:`Setting` (``valid``: ``choices``, ``low``, ``high``, ``path``, ``keywords``, ``aliases``)."""
     return dataclasses.field(default=default, metadata={"setting": Setting(default, help, **valid)})
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from gflownet_measure.densities import UniformPolicy
@@ -19,14 +21,16 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.options import check_options, option, settings_of
 
 from .bayesnet import GRAPH_PRIORS, load_csv, simulate_er
-from .cpds import CPDModel, make_model, simulate_mlp
+from .cpds import CPDModel, make_model, simulate_mlp, simulate_zi
+from .interventions import load_data
+from .sachs import consensus_graph, discretise, sachs_split
 from .network import JSPNetwork
 from .policy import JSPPolicy
 from .space import make_space
 
 __all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies"]
 
-MODELS = {"lingauss-diag": ("lingauss", "diag"), "lingauss-full": ("lingauss", "full"), "mlp": ("mlp", "diag"), "categorical-mlp": ("categorical-mlp", "diag")}
+MODELS = {"lingauss-diag": ("lingauss", "diag"), "lingauss-full": ("lingauss", "full"), "mlp": ("mlp", "diag"), "categorical-mlp": ("categorical-mlp", "diag"), "zi-mlp": ("zi-mlp", "diag")}
 """``model`` setting -> (CPD model of :data:`~.cpds.CPD_MODELS`, parameter head of :data:`~.network.THETA_HEADS`)."""
 
 MAX_NODES = 100
@@ -38,7 +42,12 @@ class DagParamsConfig:
     """The data (simulated Erdos-Renyi, or a user's CSV), the CPD model and the policy network of JSP-GFN."""
 
     d: int = option(3, "number of variables of simulated data (a CSV sets its own); beyond 5 nu is not enumerated and the exact posterior is unavailable", low=2, high=MAX_NODES)
-    data: str = option("", "a CSV file (header = variable names, one column per variable); empty: simulated Erdos-Renyi data", path=True)
+    data: str = option("", "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); empty: simulated Erdos-Renyi data", path=True, keywords=("sachs",))
+    interventions: str = option("", "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (mlp, categorical-mlp, zi-mlp)", path=True)
+    bins: int = option(0, "discretise every variable into this many quantile bins of the training rows (0: the data as they are; data=sachs: 0 means 3, tertiles)", low=0)
+    subsample: int = option(0, "train on this many random training rows (0: all; JSP-GFN Fig. 4a uses 100 of the Sachs rows)", low=0)
+    sachs_heldout: str = option("u0126,ly294002", "data=sachs: the conditions held out and scored by the interventional NLL (keys cd3cd28, icam2, akt, g0076, psitect, u0126, ly294002, pma, b2camp or 1..9); the others are trained on")
+    sachs_rows: int = option(600, "data=sachs: random rows kept per condition (0: all; 600 gives the paper's N = 4,200 over 7 training conditions)", low=0)
     data_seed: int = option(0, "seed of the simulated graph, parameters and data", low=0)
     n_data: int = option(100, "simulated training rows N", low=2)
     n_valid: int = option(100, "simulated held-out rows (scored by heldout_nll; 0: none)", low=0)
@@ -47,7 +56,7 @@ class DagParamsConfig:
     prior_var: float = option(1.0, "variance of the N(0, .) prior on each active parameter", low=1e-8)
     graph_prior: str = option("uniform", "prior over DAGs", choices=GRAPH_PRIORS)
     max_parents: int = option(0, "at most this many parents per node (0: no limit)", low=0)
-    model: str = option("lingauss-diag", "CPDs and P_phi(theta | G): linear Gaussian with a diagonal or full-covariance Normal, MLP Gaussian CPDs (5 hidden units), categorical MLP CPDs (16 hidden units; integer data)", choices=tuple(MODELS))
+    model: str = option("lingauss-diag", "CPDs and P_phi(theta | G): linear Gaussian with a diagonal or full-covariance Normal, MLP Gaussian CPDs (5 hidden units), categorical MLP CPDs (16 hidden units; integer data), zero-inflated Normal MLP CPDs (16 hidden units; exact zeros are dropouts, JSP-GFN eq. D.18)", choices=tuple(MODELS))
     hidden: int = option(128, "width of the backbone and heads", low=1)
     # the public JSP-GFN code scales by N; measured here at d = 5 (quick preset, 2,000 updates) that starts from a far more
     # peaked policy and learns slower: KL(P(G|D) || P_T) = 46-50 with N (lr 3e-5 or 1e-4) against 0.63 with 1 (lr 3e-4)
@@ -63,33 +72,49 @@ SETTINGS = settings_of(DagParamsConfig)
 @dataclass(frozen=True)
 class Problem:
     """The data and model of a run: ``heldout`` is the same model on the held-out rows (``None`` for a user's CSV or
-    ``n_valid = 0``), ``true_adj`` the simulated graph (``None`` for a CSV)."""
+    ``n_valid = 0``; for ``data=sachs`` the held-out conditions, with their interventions), ``true_adj`` the simulated
+    graph (the consensus graph for ``data=sachs``; ``None`` for a CSV), ``names`` the variables."""
 
     model: CPDModel
     heldout: CPDModel | None
     true_adj: Tensor | None
+    names: tuple[str, ...] = ()
 
 
 def make_problem(config: DagParamsConfig) -> Problem:
-    """Simulated ER data (``data`` empty; linear or MLP CPDs as the model) or the user's CSV, and the CPD model on it;
-    ``ValueError`` for data that cannot be read or modelled (the message names the file and the problem)."""
+    """Simulated ER data (``data`` empty; linear, MLP or zero-inflated CPDs as the model), the shipped Sachs data
+    (``data=sachs``: the held-out conditions of ``sachs_heldout``, tertiles, interventions) or the user's CSV (with its
+    interventions), and the CPD model on it; ``ValueError`` for data that cannot be read or modelled (the message names
+    the file and the problem)."""
     cpd, _ = MODELS[config.model]
-    if config.data:
-        data, _ = load_csv(config.data)
+    valid = valid_mask = true_adj = mask = None
+    if config.data == "sachs":
+        split = sachs_split(config.sachs_heldout, config.sachs_rows, config.bins or 3, config.data_seed)
+        data, mask, valid, valid_mask, true_adj, names = split.train, split.train_interventions, split.heldout, split.heldout_interventions, consensus_graph(), split.names
+    elif config.data:
+        data, names, mask = load_data(config.data, config.interventions)
         if data.shape[1] > MAX_NODES:
             raise ValueError(f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns")
-        valid = true_adj = None
+        if config.bins:
+            data = torch.from_numpy(discretise(data.numpy(), n_states=config.bins, names=names)[0])
+    elif config.interventions:
+        raise ValueError("interventions=PATH.csv needs data=PATH.csv (simulated data are observational)")
     elif cpd == "categorical-mlp":
-        raise ValueError("model=categorical-mlp needs categorical data: give data=PATH.csv with integer states (0, 1, ...) in every column")
+        raise ValueError("model=categorical-mlp needs categorical data: give data=PATH.csv with integer states (0, 1, ...) in every column, or data=sachs")
     else:
-        simulate = simulate_mlp if cpd == "mlp" else simulate_er
+        simulate = {"mlp": simulate_mlp, "zi-mlp": simulate_zi}.get(cpd, simulate_er)
         sim = simulate(config.d, config.edges_per_node, config.n_data, config.n_valid, seed=config.data_seed, obs_std=config.obs_var**0.5)
-        data, valid, true_adj = sim.train, sim.valid if config.n_valid else None, sim.adj
+        data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, tuple(sim.names)
+    if config.subsample:
+        if config.subsample > data.shape[0]:
+            raise ValueError(f"subsample={config.subsample} exceeds the {data.shape[0]} training rows; lower it, or 0 for all")
+        keep = torch.from_numpy(np.sort(np.random.default_rng(config.data_seed).choice(data.shape[0], config.subsample, replace=False)))
+        data, mask = data[keep], None if mask is None else mask[keep]
 
-    def model_on(rows: Tensor) -> CPDModel:
-        return make_model(cpd, rows, obs_var=config.obs_var, prior_var=config.prior_var, graph_prior=config.graph_prior, edges_per_node=config.edges_per_node)
+    def model_on(rows: Tensor, interventions: Tensor | None) -> CPDModel:
+        return make_model(cpd, rows, obs_var=config.obs_var, prior_var=config.prior_var, graph_prior=config.graph_prior, edges_per_node=config.edges_per_node, interventions=interventions)
 
-    return Problem(model_on(data), None if valid is None else model_on(valid), true_adj)
+    return Problem(model_on(data, mask), None if valid is None else model_on(valid, valid_mask), true_adj, tuple(names))
 
 
 def make_graph(config: DagParamsConfig, problem: Problem | None = None) -> PointedGraph:

@@ -282,8 +282,11 @@ def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_s
     return SimulatedData(torch.from_numpy(adj), torch.from_numpy(theta).flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
 
 
-def load_csv(path) -> tuple[Tensor, list[str]]:
+def load_csv(path, skip: tuple[str, ...] = ()) -> tuple[Tensor, list[str]]:
     """``(data [N, d] float64, names)`` from a comma-separated UTF-8 file with a header row of variable names and one column per variable.
+
+    Columns whose name (case-insensitive) is in ``skip`` are not variables and are left out (e.g. an ``intervention``
+    column, read by :func:`~.interventions.load_data`).
 
     Every problem is a ``ValueError`` of one line naming the file and what to change: a missing file or a folder, an
     unreadable or non-UTF-8 file, another separator, a first row of numbers (no header), ragged rows, cells that are not
@@ -305,6 +308,12 @@ def load_csv(path) -> tuple[Tensor, list[str]]:
     if not lines:
         raise ValueError(f"load_csv: {where} is empty; expected a header row of variable names")
     names, rows = [n.strip() for n in lines[0]], lines[1:]
+    kept = [c for c, n in enumerate(names) if n.lower() not in skip]
+    if len(kept) < len(names):
+        if any(len(row) != len(names) for row in rows):
+            r = next(r for r, row in enumerate(rows, start=1) if len(row) != len(names))
+            raise ValueError(f"load_csv: data row {r} has {len(rows[r - 1])} cells, the header has {len(names)} (in {where})")
+        names, rows = [names[c] for c in kept], [[row[c] for c in kept] for row in rows]
     if len(names) < 2:
         other = next((sep for sep in (";", "\t", "|") if sep in lines[0][0]), None)
         hint = f"; its header contains {other!r}: the file must be comma-separated" if other else ""

@@ -10,6 +10,14 @@ the others are 0 in a state and never read. With :math:`\\sigma_0^2` = ``prior_v
 (Deleu et al. 2023, sections 3 and 5), a density w.r.t. counting measure on DAGs times Lebesgue measure on the active
 coordinates. :class:`CPDBase` implements the priors, the reward and the checks once; a model subclasses it and writes
 ``kind``, ``block``, ``block_index``, ``active`` and ``log_likelihood`` (docs/cpd_models.md).
+
+Perfect interventions (Pearl 2009; Eaton & Murphy 2007; Deleu et al. 2023, section 5.3): with ``interventions [N, d]``
+bool, a row :math:`n` that sets node :math:`j` from outside drops node :math:`j`'s CPD term,
+
+.. math:: \\log P(D | G, \\theta) = \\sum_n \\sum_{j : \neg I_{nj}} \\log P(x_{nj} | x_{n, \\mathrm{Pa}(j)}, \\theta_j),
+
+the interventional likelihood (the intervened values are conditioned on, not modelled). A model that supports it
+sets ``interventional = True`` and sums its per-entry terms with :meth:`CPDBase._observed_sum`.
 """
 from __future__ import annotations
 
@@ -41,12 +49,15 @@ class CPDBase(abc.ABC):
         graph_prior: ``"uniform"`` (:math:`\\log P(G) = 0`) or ``"erdos_renyi"``
             (:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}`, :math:`p = 2k/(d-1)`, unnormalised as in the JSP code).
         edges_per_node: ``k`` of the Erdos-Renyi prior.
+        interventions: ``[N, d]`` bool (or 0/1), ``True`` where row ``n`` intervenes on node ``j`` (its CPD term is
+            dropped); ``None``: observational data. Only for a model with ``interventional = True``.
     """
 
     kind: str  # "continuous" or "categorical": the data the model is defined for
     block: int  # parameters per node; n_params = d * block
+    interventional = False  # whether the model takes interventions (its log_likelihood uses _observed_sum)
 
-    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0):
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None):
         name = type(self).__name__
         data = torch.as_tensor(data, dtype=torch.float64)
         if data.dim() != 2 or data.shape[0] < 1 or data.shape[1] < 1:
@@ -58,6 +69,14 @@ class CPDBase(abc.ABC):
             raise ValueError(f"{name}: graph_prior must be one of {GRAPH_PRIORS}; got {graph_prior!r}")
         self.data, self.prior_var, self.graph_prior = data, float(prior_var), graph_prior
         self.n, self.d = data.shape
+        self.interventions = None
+        if interventions is not None:
+            if not self.interventional:
+                raise ValueError(f"{name}: this model takes no interventions (perfect interventions are implemented for the MLP models: mlp, categorical-mlp, zi-mlp)")
+            interventions = torch.as_tensor(interventions)
+            if interventions.shape != data.shape or not ((interventions == 0) | (interventions == 1)).all():
+                raise ValueError(f"{name}: interventions must be a [N, d] = {list(data.shape)} mask of 0/1; got shape {list(interventions.shape)}")
+            self.interventions = interventions.bool()
         self.log_edge_odds = 0.0
         if graph_prior == "erdos_renyi":
             p = 2 * edges_per_node / (self.d - 1) if self.d > 1 else math.inf
@@ -115,6 +134,14 @@ class CPDBase(abc.ABC):
         """``theta`` in float64 with the inactive coordinates set to 0 (``torch.where``: a NaN there never reaches the value or the gradient)."""
         self._check_theta(theta)
         return torch.where(self.active(adj), theta.to(torch.float64), 0.0)
+
+    def _observed_sum(self, terms: Tensor, rows: Tensor | None) -> Tensor:
+        """:math:`\\sum_{n, j : \neg I_{nj}}` of the per-entry log-likelihood terms ``[..., M, d]`` of the rows ``rows``
+        (all rows when ``None``), the intervened entries dropped (``torch.where``: a NaN or an infinity there is not read)."""
+        if self.interventions is not None:
+            intervened = self.interventions if rows is None else self.interventions[torch.as_tensor(rows)]
+            terms = torch.where(intervened, 0.0, terms)
+        return terms.sum((-1, -2))
 
     def _rows(self, rows: Tensor | None) -> tuple[Tensor, float]:
         """``(x [M, data's columns], N / M)``: the data rows ``rows [M]`` long (all ``N`` rows when ``None``) and the factor of the unbiased estimate."""

@@ -38,7 +38,7 @@ from gflownet_measure.gaussian import LOG_2PI
 from .bayesnet import LinearGaussian, SimulatedData, check_simulation, random_er_dag
 from .cpd_base import CPDBase, check_variance
 
-__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "CPD_MODELS", "make_model", "simulate_mlp"]
+__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model", "simulate_mlp", "simulate_zi"]
 
 
 @runtime_checkable
@@ -87,12 +87,12 @@ def _check_hidden(owner: str, hidden: int) -> None:
         raise ValueError(f"{owner}: hidden must be an integer >= 1; got {hidden!r}")
 
 
-def mlp_active(adj: Tensor, hidden: int, features: int, outputs: int) -> Tensor:
-    """``[..., d * block]`` bool: ``W1[h, i * F + f]`` of node ``j`` is active iff :math:`A_{ij} = 1`; ``b1``, ``W2``, ``b2`` always."""
+def mlp_active(adj: Tensor, hidden: int, features: int, outputs: int, extra: int = 0) -> Tensor:
+    """``[..., d * block]`` bool: ``W1[h, i * F + f]`` of node ``j`` is active iff :math:`A_{ij} = 1`; ``b1``, ``W2``, ``b2`` and the ``extra`` per-node parameters after them always."""
     d = adj.shape[-1]
     parents = adj.bool().transpose(-1, -2)  # [..., j, i]
     w1 = parents[..., :, None, :, None].expand(*parents.shape[:-1], hidden, d, features).flatten(-3)  # [..., d, H * d * F]
-    rest = torch.ones((), dtype=torch.bool, device=adj.device).expand(*parents.shape[:-1], hidden + outputs * hidden + outputs)
+    rest = torch.ones((), dtype=torch.bool, device=adj.device).expand(*parents.shape[:-1], hidden + outputs * hidden + outputs + extra)
     return torch.cat([w1, rest], -1).flatten(-2)
 
 
@@ -114,11 +114,13 @@ class MaskedMLP(CPDBase):
     hidden: int  # H
     features: int  # F: inputs per variable
     outputs: int  # O
+    extra: int  # per-node parameters after the network's (always active)
+    interventional = True
 
-    def _layout(self, hidden: int, features: int, outputs: int) -> None:
+    def _layout(self, hidden: int, features: int, outputs: int, extra: int = 0) -> None:
         _check_hidden(type(self).__name__, hidden)
-        self.hidden, self.features, self.outputs = int(hidden), features, outputs
-        self.block = self.hidden * self.d * features + self.hidden + outputs * self.hidden + outputs
+        self.hidden, self.features, self.outputs, self.extra = int(hidden), features, outputs, extra
+        self.block = self.hidden * self.d * features + self.hidden + outputs * self.hidden + outputs + extra
 
     def block_index(self) -> Tensor:
         """``[d, block]`` long: node ``j``'s block is the contiguous ``j * block .. (j + 1) * block - 1``."""
@@ -127,7 +129,7 @@ class MaskedMLP(CPDBase):
     def active(self, adj: Tensor) -> Tensor:
         """``[..., P]`` bool: the first-layer columns of parents, and every bias and second-layer weight."""
         self._check_adj(adj)
-        return mlp_active(adj, self.hidden, self.features, self.outputs)
+        return mlp_active(adj, self.hidden, self.features, self.outputs, self.extra)
 
     @abc.abstractmethod
     def encode(self, x: Tensor) -> Tensor:
@@ -136,7 +138,11 @@ class MaskedMLP(CPDBase):
     def _outputs(self, adj: Tensor, theta: Tensor, x: Tensor) -> Tensor:
         """``[..., M, d, O]``: every node's network on the rows ``x [M, d]``, inactive coordinates read as 0."""
         blocks = self._masked(adj, theta).unflatten(-1, (self.d, self.block))
-        return mlp_outputs(blocks, self.encode(x), self.hidden, self.outputs)
+        return mlp_outputs(blocks[..., : self.block - self.extra], self.encode(x), self.hidden, self.outputs)
+
+    def _extras(self, theta: Tensor) -> Tensor:
+        """``[..., d, extra]`` float64: the per-node parameters after the network's (always active)."""
+        return theta.to(torch.float64).unflatten(-1, (self.d, self.block))[..., self.block - self.extra :]
 
 
 class MLPGaussian(MaskedMLP):
@@ -155,9 +161,9 @@ class MLPGaussian(MaskedMLP):
 
     kind = "continuous"
 
-    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 5):
+    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 5, interventions: Tensor | None = None):
         check_variance("MLPGaussian", "obs_var", obs_var)
-        super().__init__(data, prior_var, graph_prior, edges_per_node)
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         self.obs_var = float(obs_var)
         self._layout(hidden, 1, 1)
 
@@ -175,8 +181,8 @@ class MLPGaussian(MaskedMLP):
         """
         x, scale = self._rows(rows)  # [M, d]
         mean = self._outputs(adj, theta, x)[..., 0]  # [..., M, d]
-        ll = -0.5 * (x - mean).square().sum((-1, -2)) / self.obs_var - 0.5 * x.numel() * (LOG_2PI + math.log(self.obs_var))
-        return (ll * scale).to(theta.dtype)
+        terms = -0.5 * (x - mean).square() / self.obs_var - 0.5 * (LOG_2PI + math.log(self.obs_var))
+        return (self._observed_sum(terms, rows) * scale).to(theta.dtype)
 
 
 class CategoricalMLP(MaskedMLP):
@@ -196,8 +202,8 @@ class CategoricalMLP(MaskedMLP):
 
     kind = "categorical"
 
-    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, n_states: int | None = None):
-        super().__init__(data, prior_var, graph_prior, edges_per_node)
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, n_states: int | None = None, interventions: Tensor | None = None):
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         bad = (self.data != self.data.round()) | (self.data < 0)
         if bad.any():
             n, j = bad.nonzero()[0].tolist()
@@ -222,21 +228,65 @@ class CategoricalMLP(MaskedMLP):
         x, scale = self._rows(rows)  # [M, d] long
         log_p = self._outputs(adj, theta, x).log_softmax(-1)  # [..., M, d, K]
         observed = log_p.gather(-1, x[..., None].expand(*log_p.shape[:-1], 1))[..., 0]  # [..., M, d]
-        return (observed.sum((-1, -2)) * scale).to(theta.dtype)
+        return (self._observed_sum(observed, rows) * scale).to(theta.dtype)
+
+
+class ZeroInflatedMLP(MaskedMLP):
+    """Zero-inflated Normal CPDs (Deleu et al. 2023, eq. D.18, for gene expression with dropouts):
+
+    .. math:: P(x_j | x_{\\mathrm{Pa}(j)}) = \\alpha_j \\delta_0 + (1 - \\alpha_j)\\, \\mathcal N(\\mathrm{MLP}_j(x), \\sigma_j^2),
+
+    :math:`\\alpha_j = \\mathrm{sigmoid}(a_j)`, :math:`\\sigma_j = e^{s_j}`, with ``MLP_j`` as in :class:`MLPGaussian` (raw
+    inputs, first-layer columns of non-parents masked, ``hidden`` ReLU units, one output). The reference measure of
+    one observation is :math:`\\delta_0 + \\lambda` (an atom at 0 plus Lebesgue measure), and the density w.r.t. it is
+
+    .. math:: f(x_j) = \\alpha_j \\ \\text{if}\\ x_j = 0, \\qquad f(x_j) = (1 - \\alpha_j)\\, \\mathcal N(x_j; \\mathrm{MLP}_j(x), \\sigma_j^2) \\ \\text{otherwise}
+
+    (the Normal part puts no mass on the point 0, the atom none on :math:`x \neq 0`). Block ``[W1 (H x d) | b1 (H) |
+    W2 (H) | b2 (1) | a_j | s_j]``: :math:`(d + 2) H + 3` per node, **61,671 at d = 61, H = 16** (the paper's count);
+    ``a_j`` and ``s_j`` are always active, under the same N(0, ``prior_var``) prior as every parameter.
+
+    Args:
+        data: ``[N, d]`` observations; exact zeros are the dropouts.
+        prior_var, graph_prior, edges_per_node, interventions: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+    """
+
+    kind = "continuous"
+
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, interventions: Tensor | None = None):
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
+        self._layout(hidden, 1, 1, extra=2)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The raw values: ``[M, d]``."""
+        return x
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log f(x_{nj})` (class docstring) ``[...]`` w.r.t. :math:`(\\delta_0 + \\lambda)^{\\otimes Nd}`, in ``theta``'s dtype; broadcasting and ``rows`` as :meth:`MLPGaussian.log_likelihood`."""
+        x, scale = self._rows(rows)  # [M, d]
+        mean = self._outputs(adj, theta, x)[..., 0]  # [..., M, d]
+        a, s = self._extras(theta).unbind(-1)  # [..., d] each
+        a, s = a[..., None, :], s[..., None, :]
+        normal = F.logsigmoid(-a) - 0.5 * ((x - mean) / s.exp()).square() - s - 0.5 * LOG_2PI
+        terms = torch.where(x == 0, F.logsigmoid(a), normal)
+        return (self._observed_sum(terms, rows) * scale).to(theta.dtype)
 
 
 # ---------------------------------------------------------------- registry
 
 
-CPD_MODELS: dict[str, type[CPDBase]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP}
-_SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node")  # of make_model, not a model's own options
+CPD_MODELS: dict[str, type[CPDBase]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP, "zi-mlp": ZeroInflatedMLP}
+_SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node", "interventions")  # of make_model, not a model's own options
 
 
-def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, **kw) -> CPDBase:
+def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None, **kw) -> CPDBase:
     """The model ``CPD_MODELS[name]`` on ``data [N, d]``; ``kw`` are that model's own options (``hidden``, ``n_states``).
 
-    ``obs_var`` goes to the continuous models only (a categorical CPD has no noise variance). One-line ``ValueError``
-    for an unknown name (listing the valid ones), an option the model does not take, or data it cannot model.
+    ``obs_var`` goes to the models with a fixed noise variance only (a categorical CPD has none, a zero-inflated one
+    learns its own); ``interventions [N, d]`` (perfect interventions, :class:`~.cpd_base.CPDBase`) to those that take
+    them. One-line ``ValueError`` for an unknown name (listing the valid ones), an option the model does not take,
+    interventions it does not take, or data it cannot model.
     """
     if name not in CPD_MODELS:
         raise ValueError(f"make_model: unknown CPD model {name!r}; choose one of {tuple(CPD_MODELS)}")
@@ -245,7 +295,11 @@ def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float 
     unknown = sorted(set(kw) - set(own))
     if unknown:
         raise ValueError(f"make_model: {name!r} takes no option {unknown}; its options: {own}")
-    noise = {"obs_var": obs_var} if cls.kind == "continuous" else {}
+    noise = {"obs_var": obs_var} if "obs_var" in inspect.signature(cls).parameters else {}
+    if interventions is not None:
+        if not cls.interventional:
+            raise ValueError(f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}")
+        kw["interventions"] = interventions
     return cls(data, prior_var=prior_var, graph_prior=graph_prior, edges_per_node=edges_per_node, **noise, **kw)
 
 
@@ -273,3 +327,31 @@ def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_
     for j in order.tolist():  # the parents of j are filled in; the other columns are masked
         x[:, j] = mlp_outputs(theta.view(d, block), x, hidden, 1)[:, j, 0] + noise[:, j]
     return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
+
+
+def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha: float = 0.3, obs_std: float = 0.1, seed: int = 0, hidden: int = 16) -> SimulatedData:
+    """Zero-inflated data with a known graph: :math:`G` and the network parameters as :func:`simulate_mlp` (:math:`\\mathcal N(0, 1)`
+    on :math:`\\Theta_G`), :math:`\\alpha_j` = ``alpha`` and :math:`\\sigma_j` = ``obs_std`` for every node, and ancestral
+    sampling :math:`x_j = 0` with probability :math:`\\alpha_j`, else :math:`\\mathrm{MLP}_j(x) + \\sigma_j \\varepsilon`.
+
+    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 3)]`` in :class:`ZeroInflatedMLP`'s layout
+    (:math:`a_j = \\mathrm{logit}\\,\\alpha`, :math:`s_j = \\log \\sigma`). Deterministic given ``seed``.
+    """
+    check_simulation("simulate_zi", d, edges_per_node, n_train, n_valid, obs_std)
+    _check_hidden("simulate_zi", hidden)
+    if not 0 <= alpha < 1:
+        raise ValueError(f"simulate_zi: alpha must be in [0, 1); got {alpha!r}")
+    rng = np.random.default_rng(seed)
+    adj, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj)
+    net = (d + 2) * hidden + 1
+    theta = torch.where(mlp_active(adj, hidden, 1, 1, 2), torch.from_numpy(rng.normal(size=d * (net + 2))), 0.0).view(d, net + 2)
+    theta[:, net] = math.log(alpha / (1 - alpha)) if alpha > 0 else -30.0
+    theta[:, net + 1] = math.log(obs_std)
+    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
+    dropout = torch.from_numpy(rng.random((n_train + n_valid, d)) < alpha)
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64)
+    for j in order.tolist():
+        value = mlp_outputs(theta[:, :net], x, hidden, 1)[:, j, 0] + noise[:, j]
+        x[:, j] = torch.where(dropout[:, j], 0.0, value)
+    return SimulatedData(adj, theta.flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])

@@ -78,7 +78,7 @@ MOVES = ("add", "remove", "reverse")
 class MCMCSamples(NamedTuple):
     """Output of :func:`mh_mc3` and :func:`gibbs_mc3`.
 
-    ``graphs [K, d, d]`` bool and flat ``thetas [K, d * d]`` float64 (0 at non-edges), ``K = n_chains * n_samples``,
+    ``graphs [K, d, d]`` bool and flat ``thetas [K, P]`` float64 (0 at inactive coordinates), ``K = n_chains * n_samples``,
     chain-major (``graphs.view(n_chains, n_samples, d, d)``); ``acceptance`` is the fraction of accepted
     structure moves over all steps (burn-in included) and chains; ``seconds`` the wall time of the run.
     """
@@ -175,37 +175,45 @@ def _log_q(w: float, s: float) -> float:
     return -0.5 * (w / s) ** 2 - math.log(s) - 0.5 * LOG_2PI
 
 
-def _propose_one(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: float, z: float, table: _MoveTable):
-    """The reversible-jump MC3 proposal from one graph ``adj [d, d]`` given its randomness: ``u_pick`` in [0, 1)
-    picks the move, ``z`` standard normal is the new weight's noise (:math:`u = s z`).
+def _propose_one(adj: np.ndarray, u_pick: float, table: _MoveTable):
+    """The MC3 graph move from one graph ``adj [d, d]``: ``u_pick`` in [0, 1) picks one of its legal moves uniformly.
 
-    Returns ``(adj', theta', kind, i, j, n(G), n(G'), log_hastings)``.
+    Returns ``(adj', kind, i, j, n(G), n(G'))``.
     """
     d = adj.shape[-1]
     moves = table(adj)
     n = len(moves)  # >= 1 when d >= 2: the empty graph can add, any other graph can remove
     kind, ij = divmod(int(moves[int(u_pick * n)]), d * d)  # uniform over the legal moves
     i, j = divmod(ij, d)
-    new_adj, new_theta = adj.copy(), theta.copy()
-    u = s * z
-    log_h = 0.0
-    if kind != 0:  # remove, reverse: drop theta_ij, the u of the inverse move
-        log_h += _log_q(float(theta[i, j]), s)
-        new_adj[i, j], new_theta[i, j] = False, 0.0
-    if kind != 1:  # add, reverse: draw the new edge's weight
-        log_h -= _log_q(u, s)
+    new_adj = adj.copy()
+    if kind != 0:  # remove, reverse
+        new_adj[i, j] = False
+    if kind != 1:  # add, reverse
         a, b = (i, j) if kind == 0 else (j, i)
-        new_adj[a, b], new_theta[a, b] = True, u
-    n_new = len(table(new_adj))
-    return new_adj, new_theta, kind, i, j, n, n_new, log_h + math.log(n) - math.log(n_new)
+        new_adj[a, b] = True
+    return new_adj, kind, i, j, n, len(table(new_adj))
 
 
-def _propose(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: np.ndarray, z: np.ndarray, table: _MoveTable):
-    """:func:`_propose_one` on every graph of ``adj [B, d, d]``; returns ``(adj', theta', kind, edge, n, n', log_h)`` arrays."""
-    out = [_propose_one(adj[b], theta[b], s, float(u_pick[b]), float(z[b]), table) for b in range(len(adj))]
-    new_adj, new_theta, kind, i, j, n, n_new, log_h = zip(*out)
-    edge = np.stack([np.array(i), np.array(j)], -1)
-    return np.stack(new_adj), np.stack(new_theta), np.array(kind), edge, np.array(n), np.array(n_new), np.array(log_h)
+def _linear_active(adj: np.ndarray) -> np.ndarray:
+    """The active coordinates of :class:`~.bayesnet.LinearGaussian`: ``adj`` flattened, ``[B, d * d]``."""
+    return adj.reshape(len(adj), -1)
+
+
+def _propose(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: np.ndarray, z: np.ndarray, table: _MoveTable, active=_linear_active):
+    """:func:`_propose_one` on every graph of ``adj [B, d, d]``, with reversible-jump parameters for flat ``theta [B, P]``:
+    the coordinates that become active take :math:`u = s z` (``z [B, P]`` standard normal), those that become inactive
+    are dropped (set to 0), the others kept. ``active``: ``adj [B, d, d] -> [B, P]`` bool (the model's :math:`\\Theta_G`).
+
+    Returns ``(adj', theta', kind, edge, n, n', log_h)`` arrays, :math:`\\log h = \\log n - \\log n' + \\sum_{\\text{dropped}} \\log q_w - \\sum_{\\text{drawn}} \\log q_w`.
+    """
+    out = [_propose_one(adj[b], float(u_pick[b]), table) for b in range(len(adj))]
+    new_adj, kind, i, j, n, n_new = (np.array(v) for v in zip(*out))
+    old_active, new_active = active(adj), active(new_adj)
+    drawn, dropped = new_active & ~old_active, old_active & ~new_active
+    u = s * z
+    new_theta = np.where(drawn, u, np.where(new_active, theta, 0.0))
+    log_h = np.where(dropped, _log_q(theta, s), 0.0).sum(-1) - np.where(drawn, _log_q(u, s), 0.0).sum(-1) + np.log(n) - np.log(n_new)
+    return new_adj, new_theta, kind, np.stack([i, j], -1), n, n_new, log_h
 
 
 def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generator: torch.Generator | None = None, max_parents: int | None = None) -> StructureProposal:
@@ -223,10 +231,10 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
     """
     B, d = adj.shape[0], adj.shape[-1]
     u_pick = torch.rand(B, dtype=torch.float64, generator=generator).numpy()
-    z = torch.randn(B, dtype=torch.float64, generator=generator).numpy()
-    matrix = theta.detach().cpu().double().numpy().reshape(B, d, d)
-    new_adj, new_theta, *rest = _propose(adj.bool().cpu().numpy(), matrix, float(jump_std), u_pick, z, _MoveTable(d, max_parents))
-    return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in (new_adj, new_theta.reshape(B, d * d), *rest)))
+    z = torch.randn(B, d * d, dtype=torch.float64, generator=generator).numpy()
+    flat = theta.detach().cpu().double().numpy().reshape(B, d * d)
+    result = _propose(adj.bool().cpu().numpy(), flat, float(jump_std), u_pick, z, _MoveTable(d, max_parents))
+    return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in result))
 
 
 class _GibbsDraws:
@@ -293,41 +301,45 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
     C, d, s, eps = int(n_chains), model.d, float(jump_std), float(theta_step)
     rng = np.random.default_rng(int(seed))
     draw_theta = _GibbsDraws(model) if gibbs else None
+    P = model.n_params
     adj = np.zeros((C, d, d), dtype=bool)  # every chain starts at the empty graph
-    theta = np.zeros((C, d, d))
+    theta = np.zeros((C, P))
     table = _MoveTable(d, max_parents)
     graphs = np.zeros((C, n_samples, d, d), dtype=bool)
-    thetas = np.zeros((C, n_samples, d, d))
+    thetas = np.zeros((C, n_samples, P))
     total = int(burn_in) + int(n_samples) * int(thin)
     n_struct = n_theta = 0
 
+    def active(a: np.ndarray) -> np.ndarray:
+        return model.active(torch.from_numpy(a)).numpy()
+
     def log_R(a: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return model.log_reward(torch.from_numpy(a), torch.from_numpy(t.reshape(len(t), d * d))).double().numpy()
+        return model.log_reward(torch.from_numpy(a), torch.from_numpy(t)).double().numpy()
 
     with torch.no_grad():
         cur = log_R(adj, theta)  # [C]
         bar = tqdm(range(total), desc=fn, mininterval=2.0, dynamic_ncols=True, disable=not progress)
         for step in bar:
-            p_adj, p_theta, *_, log_h = _propose(adj, theta, s, rng.random(C), rng.standard_normal(C), table)
+            p_adj, p_theta, *_, log_h = _propose(adj, theta, s, rng.random(C), rng.standard_normal((C, P)), table, active)
             if gibbs:
                 both = log_R(np.concatenate([adj, p_adj]), np.concatenate([theta, p_theta]))  # [2C]
                 cur, new = both[:C], both[C:]
             else:
-                xi = eps * rng.standard_normal((2, C, d, d))
-                walk_new, walk_old = p_theta + xi[0] * p_adj, theta + xi[1] * adj  # active entries only
+                xi = eps * rng.standard_normal((2, C, P))
+                walk_new, walk_old = p_theta + xi[0] * active(p_adj), theta + xi[1] * active(adj)  # active entries only
                 three = log_R(np.concatenate([p_adj, p_adj, adj]), np.concatenate([p_theta, walk_new, walk_old]))  # [3C]
                 new, walk_R_new, walk_R_old = three[:C], three[C:2 * C], three[2 * C:]
             ok = np.log(rng.random(C)) < new - cur + log_h  # [C]; NaN is rejected
-            okm = ok[:, None, None]
-            adj, theta = np.where(okm, p_adj, adj), np.where(okm, p_theta, theta)
+            okm, okt = ok[:, None, None], ok[:, None]
+            adj, theta = np.where(okm, p_adj, adj), np.where(okt, p_theta, theta)
             cur = np.where(ok, new, cur)
             n_struct += int(ok.sum())
             if gibbs:
-                theta = draw_theta(adj, rng)  # cur is refreshed next step
+                theta = draw_theta(adj, rng).reshape(C, P)  # cur is refreshed next step
             else:
-                walk, walk_R = np.where(okm, walk_new, walk_old), np.where(ok, walk_R_new, walk_R_old)
+                walk, walk_R = np.where(okt, walk_new, walk_old), np.where(ok, walk_R_new, walk_R_old)
                 ok = np.log(rng.random(C)) < walk_R - cur
-                theta, cur = np.where(ok[:, None, None], walk, theta), np.where(ok, walk_R, cur)
+                theta, cur = np.where(ok[:, None], walk, theta), np.where(ok, walk_R, cur)
                 n_theta += int(ok.sum())
             kept = step + 1 - burn_in
             if kept > 0 and kept % thin == 0:
@@ -338,7 +350,7 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
                     post["acc_theta"] = f"{n_theta / ((step + 1) * C):.3f}"
                 bar.set_postfix(post, refresh=False)
         bar.close()
-    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, d * d)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
+    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, P)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
 
 
 def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
@@ -351,7 +363,7 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
     then one Gaussian random-walk move of all active weights, :math:`\\log \\alpha = \\Delta \\log R`.
 
     Args:
-        model: a ``LinearGaussian`` (anything with ``d`` and ``log_reward(adj [B, d, d], theta [B, d * d]) -> [B]``).
+        model: a CPD model (:mod:`~.cpds`: ``d``, ``n_params``, ``active`` and ``log_reward(adj [B, d, d], theta [B, P]) -> [B]``).
         n_samples: states kept per chain.
         burn_in: steps discarded before the first kept state.
         thin: steps between kept states.

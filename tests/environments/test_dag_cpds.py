@@ -15,7 +15,7 @@ from conftest import dag
 from scipy import integrate
 
 from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.cpds import CPD_MODELS, CategoricalMLP, CPDModel, MLPGaussian, make_model, mlp_outputs, simulate_mlp
+from environments.dag_params.cpds import CPD_MODELS, CategoricalMLP, CPDModel, MLPGaussian, ZeroInflatedMLP, make_model, mlp_outputs, simulate_mlp
 from environments.dag_params.dags import transitive_closure
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -45,6 +45,8 @@ MODELS = {
     "lingauss": lambda: LinearGaussian(_continuous(), obs_var=0.09, prior_var=2.0),
     "mlp": lambda: MLPGaussian(_continuous(), obs_var=0.09, prior_var=2.0, hidden=3),
     "categorical-mlp": lambda: CategoricalMLP(_categorical(), prior_var=2.0, hidden=4),
+    "zi-mlp": lambda: ZeroInflatedMLP(torch.where(_continuous() > 0.5, 0.0, _continuous()), prior_var=2.0, hidden=3),
+    "categorical-interventions": lambda: CategoricalMLP(_categorical(), prior_var=2.0, hidden=4, interventions=_categorical(k=2, seed=5).bool()),
     "doc-example": lambda: _doc_example()(_continuous(), obs_var=0.09, prior_var=2.0),
 }
 ADJ = dag(4, [(0, 1), (0, 2), (1, 2), (3, 2)])  # node 2 has three parents, node 3 none
@@ -102,18 +104,26 @@ def _by_hand(name, model, theta) -> float:
         else:
             blk = theta[j * model.block:(j + 1) * model.block]
         for n in range(model.n):
+            if getattr(model, "interventions", None) is not None and model.interventions[n, j]:
+                continue  # a perfect intervention on node j drops its term from row n
             if name == "lingauss":
                 total += _log_normal(float(x[n, j]), float(w @ x[n]), model.obs_var)
             elif name == "doc-example":
                 total += _log_normal(float(x[n, j]), float((blk[:d] * parents) @ x[n] + blk[d]), model.obs_var)
             else:
-                H, k = model.hidden, (model.n_states if name == "categorical-mlp" else 1)
-                e = torch.nn.functional.one_hot(x[n], k).flatten().double() if name == "categorical-mlp" else x[n]
+                categorical = model.kind == "categorical"
+                H, k = model.hidden, (model.n_states if categorical else 1)
+                e = torch.nn.functional.one_hot(x[n], k).flatten().double() if categorical else x[n]
                 w1 = blk[:H * d * k].view(H, d, k) * parents[None, :, None]  # columns of non-parents masked
-                b1, w2, b2 = blk[H * d * k:H * d * k + H], blk[H * d * k + H:H * d * k + H + k * H].view(k, H), blk[-k:]
+                b1, w2 = blk[H * d * k:H * d * k + H], blk[H * d * k + H:H * d * k + H + k * H].view(k, H)
+                b2 = blk[H * d * k + H + k * H:H * d * k + H + k * H + k]
                 out = w2 @ torch.relu(w1.reshape(H, d * k) @ e + b1) + b2
                 if name == "mlp":
                     total += _log_normal(float(x[n, j]), float(out[0]), model.obs_var)
+                elif name == "zi-mlp":  # alpha = sigmoid(a), sigma = exp(s): the last two entries of the block
+                    alpha, var = 1 / (1 + math.exp(-float(blk[-2]))), math.exp(2 * float(blk[-1]))
+                    v = float(x[n, j])
+                    total += math.log(alpha) if v == 0 else math.log(1 - alpha) + _log_normal(v, float(out[0]), var)
                 else:
                     total += float(out.log_softmax(0)[x[n, j]])
     return total
@@ -229,13 +239,13 @@ def test_make_model_builds_every_registered_model():
     for name, cls in CPD_MODELS.items():
         model = make_model(name, cat if cls.kind == "categorical" else cont, 0.04, 3.0, "erdos_renyi", 1.0)
         assert type(model) is cls and model.prior_var == 3.0 and model.log_edge_odds != 0.0
-        assert cls.kind == "categorical" or model.obs_var == 0.04
+        assert not hasattr(model, "obs_var") or model.obs_var == 0.04  # a categorical or zero-inflated model has no fixed noise variance
     assert make_model("mlp", cont, hidden=7).hidden == 7
     assert make_model("lingauss", cat.double()).kind == "continuous"  # data that look categorical: allowed
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: make_model("probit", _continuous()), r"unknown CPD model 'probit'; choose one of \('lingauss', 'mlp', 'categorical-mlp'\)"),
+    (lambda: make_model("probit", _continuous()), r"unknown CPD model 'probit'; choose one of \('lingauss', 'mlp', 'categorical-mlp', 'zi-mlp'\)"),
     (lambda: make_model("lingauss", _continuous(), hidden=3), r"'lingauss' takes no option \['hidden'\]"),
     (lambda: make_model("categorical-mlp", _continuous()), "data must be integer states"),
     (lambda: CategoricalMLP(-_categorical() - 1), "data must be integer states"),

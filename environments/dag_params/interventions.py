@@ -1,0 +1,91 @@
+"""Interventional data for any data set: which rows intervene on which nodes (perfect interventions, Eaton & Murphy 2007).
+
+A data file may carry a column named ``intervention`` (any case), or a separate file may be given (setting
+``interventions``). Either gives, per data row, the **targets**: node names (the data's column names) separated by
+``;`` (``PKC;PKA``), or an empty cell / ``none`` / ``observational`` for a row observed without intervention. A separate
+file may instead be a 0/1 matrix with one column per node, headed by the data's column names. The result is an
+``[N, d]`` bool mask: row ``n`` intervenes on node ``j``, so the CPD term of node ``j`` is dropped from row ``n``'s
+likelihood (:class:`~.cpd_base.CPDBase`). Every problem is a one-line ``ValueError`` naming the file, row and value.
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .bayesnet import load_csv
+
+__all__ = ["INTERVENTION_COLUMN", "OBSERVATIONAL", "parse_targets", "load_data", "load_interventions"]
+
+INTERVENTION_COLUMN = "intervention"
+OBSERVATIONAL = ("", "none", "observational")
+"""Cells that mean: no intervention in this row."""
+
+
+def parse_targets(cells: list[str], names: list[str], where: str) -> Tensor:
+    """``[N, d]`` bool from one cell of targets per row (module docstring); a name outside ``names`` is a ``ValueError``."""
+    index = {n: j for j, n in enumerate(names)}
+    mask = torch.zeros(len(cells), len(names), dtype=torch.bool)
+    for r, cell in enumerate(cells):
+        if cell.strip().lower() in OBSERVATIONAL:
+            continue
+        for target in (t.strip() for t in cell.split(";")):
+            if target not in index:
+                raise ValueError(f"interventions: unknown target {target!r} at data row {r + 1} of {where}; targets are the data's column names {names}, separated by ';', or empty / none for an observational row")
+            mask[r, index[target]] = True
+    if mask.all(0).any():
+        j = int(mask.all(0).nonzero()[0])
+        raise ValueError(f"interventions: every row of {where} intervenes on {names[j]!r}, so nothing is learned about its CPD; keep some rows without that intervention")
+    return mask
+
+
+def _read_rows(path: Path) -> list[list[str]]:
+    where = repr(str(path))
+    if not path.is_file():
+        raise ValueError(f"interventions: no such file {where}")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return [row for row in csv.reader(f)]
+    except (UnicodeDecodeError, OSError) as e:
+        raise ValueError(f"interventions: cannot read {where} as UTF-8 CSV ({type(e).__name__})") from None
+
+
+def load_interventions(path, names: list[str], n_rows: int) -> Tensor:
+    """``[N, d]`` bool from a separate file: one column of targets, or one 0/1 column per node headed by ``names``."""
+    path = Path(path)
+    where = repr(str(path))
+    lines = _read_rows(path)
+    if len(lines) - 1 != n_rows:
+        raise ValueError(f"interventions: {where} has {len(lines) - 1} data rows, the data has {n_rows}; give one row per data row (after a header)")
+    header = [h.strip() for h in lines[0]]
+    if len(header) == 1:
+        return parse_targets([row[0] if row else "" for row in lines[1:]], names, where)
+    if sorted(header) != sorted(names):
+        raise ValueError(f"interventions: {where} must have one column of targets, or one 0/1 column per node named {names}; got header {header}")
+    mask = torch.zeros(n_rows, len(names), dtype=torch.bool)
+    for r, row in enumerate(lines[1:]):
+        for h, cell in zip(header, row):
+            if cell.strip() not in ("0", "1"):
+                raise ValueError(f"interventions: cell {cell!r} in column {h!r}, data row {r + 1} of {where} is not 0 or 1")
+            mask[r, names.index(h)] = cell.strip() == "1"
+    return mask
+
+
+def load_data(path, interventions: str = "") -> tuple[Tensor, list[str], Tensor | None]:
+    """``(data [N, d], names, mask [N, d] or None)`` of a CSV (:func:`~.bayesnet.load_csv`), its ``intervention`` column or the
+    separate ``interventions`` file giving the mask (both at once is a ``ValueError``); ``None`` for observational data."""
+    data, names = load_csv(path, skip=(INTERVENTION_COLUMN,))
+    with Path(path).open(newline="", encoding="utf-8") as f:
+        header = [h.strip().lower() for h in next(csv.reader(f))]
+    mask = None
+    if INTERVENTION_COLUMN in header:
+        if interventions:
+            raise ValueError(f"interventions={interventions!r}: the data file {str(path)!r} has its own {INTERVENTION_COLUMN!r} column; give one or the other")
+        c = header.index(INTERVENTION_COLUMN)
+        rows = [row for row in _read_rows(Path(path))[1:] if row]
+        mask = parse_targets([row[c] for row in rows], names, repr(str(path)))
+    elif interventions:
+        mask = load_interventions(interventions, names, data.shape[0])
+    return data, names, mask

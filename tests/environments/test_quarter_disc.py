@@ -203,6 +203,18 @@ def test_level_masses_from_geometry_match_the_reward():
     assert torch.allclose(by_level, masses, atol=1e-9)
 
 
+def test_concentration_bound_and_mixture_sizes_reach_every_head():
+    """make_policies' concentration_max and mixture sizes set every Beta head of P_F and of the learned P_B; saturated
+    pre-activations reach the bound (sigmoid(30) = 1 - 1e-13)."""
+    g = qd.make_graph(cfg())
+    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=8, n_layers=1, n_components_s0=5, n_components=3, concentration_max=50.0)
+    heads = [*pf.heads, *pb.heads]
+    assert [h.n_components for h in heads] == [5, 3, 3]
+    for h in heads:
+        conc = h(torch.full((1, h.n_params), 30.0)).conc  # the heads live on [0, 1]^k: a BetaMixture itself
+        assert torch.allclose(conc, torch.tensor(50.0)) and float(h(torch.full((1, h.n_params), -30.0)).conc.max()) == pytest.approx(0.1)
+
+
 def test_expected_sample_tv_is_exact():
     """n = 1: the sample is one level j, at TV 1 - p_j, so E TV = 1 - sum p^2 exactly. n = 10,000: against 2,000 seeded
     multinomial draws, whose mean TV has a standard error of 6.5e-5 (TV's spread 0.003 / sqrt(2000), measured); tolerance 3e-4.

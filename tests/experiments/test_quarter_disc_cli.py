@@ -58,6 +58,8 @@ def test_level_tv_sees_what_the_kde_cannot():
     (["--set", "backward=tied"], "valid: uniform, learned"),
     (["--set", "rho=0.9"], "rho=0.9 is out of range"),
     (["--set", "jacobian=maybe"], "jacobian='maybe' is not a valid bool"),
+    (["--set", "concentration_max=0.1"], "concentration_max=0.1 is out of range; valid: [0.2, inf]"),
+    (["--set", "n_components=0"], "n_components=0 is out of range"),
 ])
 def test_bad_settings_are_one_line(argv, message, capsys, tmp_path):
     assert main(["run", "quarter-disc", "--out", str(tmp_path / "r"), *argv]) == 2

@@ -49,7 +49,7 @@ SETTINGS = {
     "n_layers": Setting(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0),
     "n_components": Setting(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1),
     "n_components_s0": Setting(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1),
-    "concentration_max": Setting(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1)", low=0.2),
+    "concentration_max": Setting(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2),
     "epsilon": Setting(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
     "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),

@@ -22,7 +22,8 @@ else. After training each side draws ``--samples`` terminal states from its samp
 scores both sets with OUR metric code (:mod:`gflownet_measure.metrics` through
 ``experiments.quarter_disc.Reference``): JSD on the 100 x 100 grid between the exponential-kernel KDE
 (bandwidth 0.1) of the samples and (a) the exact normalised reward, (b) the KDE of as many rejection
-samples from R (bound 2.6). Figures are printed, never asserted; the ratios ours / torchgfn are measured
+samples from R (bound 2.6); and the level TV (the samples' mass on the reward's levels 0.1 / 0.6 / 2.6 against the
+exact masses). Figures are printed, never asserted; the ratios ours / torchgfn are measured
 in the same run, which is what to compare across machines (these are shared and noisy).
 
 It needs an interpreter where both gflownet-measure and torchgfn import (torchgfn is a benchmark-only
@@ -183,7 +184,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ref = Reference.build(a.samples, 0.1, seed=a.seed)
     for r in (ours, theirs):
-        r |= ref.jsd(r["x"])
+        r |= ref.scores(r["x"])
         r["outside"] = int(((r["x"] < 0) | (r["x"] > 1)).any(1).sum())
 
     mo, mt = ours["meta"], theirs["meta"]
@@ -195,6 +196,7 @@ def main() -> None:
         ("s/iteration (median)", float(np.median(ours["seconds"])), float(np.median(theirs["seconds"])), "{:.4f}"),
         (f"JSD to exact grid @{a.iterations}", ours["jsd_exact"], theirs["jsd_exact"], "{:.5f}"),
         (f"JSD to rejection KDE @{a.iterations}", ours["jsd_rejection"], theirs["jsd_rejection"], "{:.5f}"),
+        (f"level TV @{a.iterations}", ours["level_tv"], theirs["level_tv"], "{:.4f}"),
     ]
     print(f"{'':34s} {'ours':>10s} {'torchgfn':>10s} {'ours/torchgfn':>14s}")
     for name, o, t, fmt in rows:

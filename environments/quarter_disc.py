@@ -45,7 +45,7 @@ from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.transforms import AffineChart, ArcChart, PolarChart, WithoutJacobian
 
-__all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "make_graph", "make_policies"]
+__all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LEVELS", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "reward_level", "level_masses", "make_graph", "make_policies"]
 
 
 
@@ -63,8 +63,12 @@ class QuarterDiscConfig:
 SETTINGS = settings_of(QuarterDiscConfig)
 
 R0, R1, R2 = 0.1, 0.5, 2.0
-LOG_Z = math.log(R0 + 0.5**2 * R1 + 0.2**2 * R2)  # log 0.305
+BAND = 0.25  # the R1 band: |x_d - 1/2| > BAND in every coordinate
+SQUARE = (0.3, 0.4)  # the R2 squares: SQUARE[0] < |x_d - 1/2| < SQUARE[1] in every coordinate
+LEVELS = (R0, R0 + R1, R0 + R1 + R2)  # the values R takes: 0.1, 0.6, 2.6
+LOG_Z = math.log(R0 + (1 - 2 * BAND) ** 2 * R1 + (2 * (SQUARE[1] - SQUARE[0])) ** 2 * R2)  # log(0.1 + 0.5^2 0.5 + 0.2^2 2) = log 0.305
 REWARD_MAX = R0 + R1 + R2  # 2.6: the R2 squares lie inside the R1 band (the public code's sampler wrongly uses 2.1)
+C_MIN = 0.1  # the Beta concentrations' lower bound (the public code's beta_min)
 
 
 def arc_bounds(wall: Tensor, rho: float) -> tuple[Tensor, Tensor]:
@@ -122,12 +126,35 @@ class QuarterDiscKernel(Kernel):
         return Measure(atoms, (Piece(self.arc, s, has_arc & ~in_disc),))
 
 
-def log_reward(x: Tensor) -> Tensor:
-    """:math:`\\log R(x)` ``[B]`` w.r.t. Lebesgue area on :math:`[0, 1]^2` (module docstring; strict inequalities)."""
+def _regions(x: Tensor) -> tuple[Tensor, Tensor]:
+    """Whether each point of ``x [B, 2]`` lies in the R1 band and in an R2 square (module docstring; strict inequalities), ``[B]`` each."""
     a = (x - 0.5).abs()
-    band = (a > 0.25).all(-1)
-    square = ((a > 0.3) & (a < 0.4)).all(-1)
+    return (a > BAND).all(-1), ((a > SQUARE[0]) & (a < SQUARE[1])).all(-1)
+
+
+def log_reward(x: Tensor) -> Tensor:
+    """:math:`\\log R(x)` ``[B]`` w.r.t. Lebesgue area on :math:`[0, 1]^2` (module docstring)."""
+    band, square = _regions(x)
     return torch.log(R0 + R1 * band.to(x.dtype) + R2 * square.to(x.dtype))
+
+
+def reward_level(x: Tensor) -> Tensor:
+    """The index in ``LEVELS`` of :math:`R(x)`, ``[B]`` int64: 0 outside the band, 1 in the band outside the squares, 2 in a square
+    (the squares lie inside the band, as :math:`(0.3, 0.4) \\subset (0.25, 0.5]`)."""
+    band, square = _regions(x)
+    return band.long() + square.long()
+
+
+def level_masses() -> Tensor:
+    """The exact mass :math:`\\pi_k = v_k\\, |\\{R = v_k\\}| / Z` of each level :math:`v_k` of ``LEVELS``, ``[3]`` float64, from the reward's geometry.
+
+    Per coordinate the band is :math:`1 - 2 \\cdot 0.25 = 0.5` long and the squares :math:`2 (0.4 - 0.3) = 0.2`, so the level
+    areas are :math:`1 - 0.5^2 = 0.75`, :math:`0.5^2 - 0.2^2 = 0.21` and :math:`0.2^2 = 0.04`, and the masses
+    :math:`(0.1 \\cdot 0.75, 0.6 \\cdot 0.21, 2.6 \\cdot 0.04) / 0.305 = (0.2459, 0.4131, 0.3410)`.
+    """
+    band, square = (1 - 2 * BAND) ** 2, (2 * (SQUARE[1] - SQUARE[0])) ** 2
+    areas = torch.tensor([1 - band, band - square, square], dtype=torch.float64)
+    return torch.tensor(LEVELS, dtype=torch.float64) * areas / math.exp(LOG_Z)
 
 
 def encode(x: Tensor) -> Tensor:
@@ -153,7 +180,7 @@ def make_graph(config: QuarterDiscConfig) -> PointedGraph:
     )
 
 
-def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2):
+def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2, concentration_max: float = 5.1):
     """``(P_F, P_B)`` of the paper's quarter-disc experiment.
 
     P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
@@ -163,13 +190,15 @@ def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str 
     ``n_components``-mixture of Betas over the arc coordinate. At ``s != s0`` the softmax over
     ``[sink, arc]`` is the exit probability. P_B: uniform in angle on the backward arc (an exact
     density w.r.t. arclength), or ``learned``: its own output layer and Beta mixture on the P_F torso
-    (the code's ``tied`` option, the paper's "learned P_B"). Concentrations in
-    ``[0.1, 5.1]``. With ``config.jacobian`` false both are built on kernels whose charts drop the Jacobian.
+    (the code's ``tied`` option, the paper's "learned P_B"). Concentrations :math:`\\alpha, \\beta` in
+    ``[0.1, concentration_max]`` (the public code's ``0.1 + 5.0 sigmoid``: 5.1; a Beta with both at most 5.1 has a standard
+    deviation of at least 0.15 of its arc). With ``config.jacobian`` false both are built on kernels whose charts drop the Jacobian.
     """
     rho, jac = config.rho, config.jacobian
-    pf_heads = [BetaMixtureHead(2, n_components_s0), BetaMixtureHead(1, n_components)]
+    span = concentration_max - C_MIN
+    pf_heads = [BetaMixtureHead(2, n_components_s0, C_MIN, span), BetaMixtureHead(1, n_components, C_MIN, span)]
     pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers, source=graph.source)
     kappa_b = QuarterDiscKernel(rho, False, jac)
     if backward == "uniform":
         return pf, UniformPolicy(kappa_b)
-    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components)], shared_torso=pf.torso)
+    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components, C_MIN, span)], shared_torso=pf.torso)

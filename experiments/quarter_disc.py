@@ -6,6 +6,13 @@ normalised reward on the grid (``jsd_exact``), (b) the same KDE of as many rejec
 bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). The floors are what a perfect
 sampler scores: ``jsd_floor`` is (a) for the rejection samples themselves, ``jsd_rejection_floor`` is (b) for a second,
 independent set of as many rejection samples.
+
+A KDE of bandwidth 0.1 cannot see the reward's 0.1-wide squares, so both JSDs pass a sampler that smooths them out.
+``level_tv`` sees it, without a KDE: the total variation between the fractions of the samples on each of the reward's
+three levels (0.1, 0.6, 2.6; :func:`environments.quarter_disc.reward_level`) and their exact masses
+(0.246, 0.413, 0.341; :func:`environments.quarter_disc.level_masses`), beside the fractions themselves
+(``level_mass_<v>``). Its floor ``level_tv_floor`` is the exact expected value for ``eval_samples`` exact samples
+(:func:`gflownet_measure.metrics.expected_sample_tv`); ``level_tv_exact_samples`` is the value of the rejection samples.
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ from environments import quarter_disc as env
 from gflownet_measure.densities import Policy
 from gflownet_measure.options import Setting
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
+from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import sample_backward, sample_forward
@@ -40,6 +47,9 @@ SETTINGS = {
     "backward": Setting("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned")),
     "hidden": Setting(128, "MLP width", low=1),
     "n_layers": Setting(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0),
+    "n_components": Setting(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1),
+    "n_components_s0": Setting(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1),
+    "concentration_max": Setting(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2),
     "epsilon": Setting(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
     "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
@@ -57,7 +67,8 @@ GRID = torch.linspace(0.001, 1.0, 100, dtype=torch.float64)
 @dataclass(frozen=True)
 class Reference:
     """What every evaluation compares with: grid points, exact log R there, the rejection samples and their KDE;
-    ``control`` is a second set of rejection samples, drawn after ``samples`` from the same generator, for the floors."""
+    ``control`` is a second set of rejection samples, drawn after ``samples`` from the same generator, for the floors;
+    the exact masses of the reward's levels."""
 
     points: Tensor  # [G, 2]
     log_R: Tensor  # [G]
@@ -65,22 +76,38 @@ class Reference:
     log_kde: Tensor  # [G]
     bandwidth: float
     control: Tensor  # [K, 2]
+    masses: Tensor  # [3]: exact mass of each of env.LEVELS
 
     @staticmethod
     def build(n: int, bandwidth: float, seed: int) -> "Reference":
         points = torch.cartesian_prod(GRID, GRID)
         gen = torch.Generator().manual_seed(seed)
         samples, control = (rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen) for _ in range(2))
-        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth, control)
+        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth, control, env.level_masses())
 
-    def jsd(self, x: Tensor) -> dict:
+    def scores(self, x: Tensor) -> dict:
+        """The two JSDs and ``level_tv`` of the terminal states ``x [K, 2]`` (module docstring)."""
         log_kde = kde_log_density(x, self.points, self.bandwidth)
-        return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde)}
+        return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde), "level_tv": total_variation(self.level_fractions(x), self.masses)}
+
+    def level_fractions(self, x: Tensor) -> Tensor:
+        """The fraction of ``x [K, 2]`` on each of the reward's levels, ``[3]`` float64."""
+        return torch.bincount(env.reward_level(x), minlength=len(env.LEVELS)).double() / len(x)
 
     def floors(self) -> dict:
-        """What a perfect sampler scores at this sample size: ``jsd_floor`` (exact grid, the KDE's smoothing) and
-        ``jsd_rejection_floor`` (rejection KDE, sampling noise of both KDEs)."""
-        return {"jsd_floor": grid_jsd(self.log_kde, self.log_R), "jsd_rejection_floor": self.jsd(self.control)["jsd_rejection"]}
+        """What a perfect sampler scores at this sample size: ``jsd_floor`` (exact grid, the KDE's smoothing),
+        ``jsd_rejection_floor`` (rejection KDE, sampling noise of both KDEs), ``level_tv_floor`` (expected level TV of as many
+        exact samples) and ``level_tv_exact_samples`` (the rejection samples' level TV, one draw of it)."""
+        return {
+            "jsd_floor": grid_jsd(self.log_kde, self.log_R),
+            "jsd_rejection_floor": self.scores(self.control)["jsd_rejection"],
+            "level_tv_floor": expected_sample_tv(self.masses, len(self.samples)),
+            "level_tv_exact_samples": total_variation(self.level_fractions(self.samples), self.masses),
+        }
+
+    def level_report(self, x: Tensor) -> dict:
+        """The fraction of ``x`` on each level and the exact mass, keyed by the level's reward value (``level_mass_2.6``, ``level_mass_2.6_exact``)."""
+        return {f"level_mass_{v:g}{tail}": float(m) for tail, masses in (("", self.level_fractions(x)), ("_exact", self.masses)) for v, m in zip(env.LEVELS, masses)}
 
 
 @optional_figure
@@ -116,14 +143,14 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
     space = build(env.QuarterDiscConfig, cfg)
     graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"])
+    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"], cfg["n_components_s0"], cfg["n_components"], cfg["concentration_max"])
     objective = get_objective(cfg["objective"])
     log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
 
     def evaluate() -> dict:
-        return ref.jsd(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
+        return ref.scores(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
 
     history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
@@ -131,9 +158,10 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     np.savez(out / "samples.npz", x=x.numpy())
     label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
+    plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")
     if figure2:
         _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
-    return ref.jsd(x) | ref.floors() | {
+    return ref.scores(x) | ref.floors() | ref.level_report(x) | {
         "log_Z_exact": env.LOG_Z,
         **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "log_Z_lower_bound": lower,
@@ -167,6 +195,9 @@ FIGURE1_PRESETS = {
 }
 
 
+METRICS = ("jsd_exact", "jsd_rejection", "level_tv")  # what the table aggregates over seeds, at the end and over the curve
+
+
 def _name(loss: str, backward: str, rho: float) -> str:
     return f"{loss}-{backward}-rho{rho}"
 
@@ -198,7 +229,8 @@ def orderings_held(values: dict[tuple, list[float]]) -> dict[str, tuple[int, int
 
 def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures:
-    ``figure1.png`` (JSD to the exact grid), ``figure1_rejection.png`` (JSD to the rejection KDE), each with a perfect sampler's floor, ``figure2.png``."""
+    ``figure1.png`` (JSD to the exact grid), ``figure1_rejection.png`` (JSD to the rejection KDE), ``figure1_levels.png`` (level TV), each with a
+    perfect sampler's floor, ``figure2.png``."""
     base_seed = torch.initial_seed()  # the CLI's --seed
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
@@ -215,31 +247,31 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         finals.setdefault(name, []).append(sub_metrics)
     panels = {f"rho = {rho}": [_name(l, b, r) for l, b, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
     # each run's metrics hold its references' floors (Reference.floors); the figures draw their mean over the runs
-    floor_means = {f"{key}/mean": float(np.mean([m[key] for ms in finals.values() for m in ms])) for key in ("jsd_floor", "jsd_rejection_floor")}
-    for key, floor_key, file, title in (
-        ("jsd_exact", "jsd_floor", "figure1.png", "JSD to the exact reward grid"),
-        ("jsd_rejection", "jsd_rejection_floor", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)"),
+    floor_means = {f"{key}/mean": float(np.mean([m[key] for ms in finals.values() for m in ms])) for key in ("jsd_floor", "jsd_rejection_floor", "level_tv_floor")}
+    for key, floor_key, file, title, ylabel, floor_label in (
+        ("jsd_exact", "jsd_floor", "figure1.png", "JSD to the exact reward grid", "JSD", "perfect sampler (rejection samples)"),
+        ("jsd_rejection", "jsd_rejection_floor", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)", "JSD", "perfect sampler (rejection samples)"),
+        ("level_tv", "level_tv_floor", "figure1_levels.png", "TV of the masses on the reward's levels 0.1 / 0.6 / 2.6", "total variation", "perfect sampler (expected)"),
     ):
         curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
-        floor = ("perfect sampler (rejection samples)", floor_means[f"{floor_key}/mean"])
-        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", "JSD", panels, floor)
+        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
     copy_figure(out / headline / f"seed{base_seed}" / "figure2.png", out / "figure2.png")
     with (out / "history.jsonl").open("w") as f:
         for i, row in enumerate(runs[headline][0]):
-            means = {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in ("jsd_exact", "jsd_rejection")}
+            means = {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
             f.write(json.dumps({"step": row["step"], "trajectories": row["trajectories"]} | means) + "\n")
     with np.load(out / headline / f"seed{base_seed}" / "samples.npz") as z:
         np.savez(out / "samples.npz", x=z["x"])
     per_seed = {  # (metric, "final" | "curve") -> configuration name -> one figure per seed
         (key, when): {name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs] for name, hs in runs.items()}
-        for key in ("jsd_exact", "jsd_rejection") for when in ("final", "curve")
+        for key in METRICS for when in ("final", "curve")
     }
     metrics = {}
     for name, ms in finals.items():
-        for key in ("jsd_exact", "jsd_rejection", "log_Z_learned"):
+        for key in (*METRICS, "log_Z_learned"):
             metrics[f"{key}/{name}/mean"] = float(np.mean([m[key] for m in ms]))
             metrics[f"{key}/{name}/std"] = float(np.std([m[key] for m in ms]))
-        for key in ("jsd_exact", "jsd_rejection"):
+        for key in METRICS:
             metrics[f"{key}_curve/{name}/mean"] = float(np.mean(per_seed[key, "curve"][name]))
     for (key, when), figures in per_seed.items():
         for label, (held, pairs) in orderings_held({c: figures[_name(*c)] for c in CONFIGS}).items():

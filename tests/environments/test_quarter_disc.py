@@ -10,7 +10,7 @@ from environments import quarter_disc as qd
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.heads import BetaMixtureHead
-from gflownet_measure.metrics import grid_jsd, kde_log_density, rejection_sample
+from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import tied
 from gflownet_measure.rollout import log_densities, sample_backward, sample_forward, score
 from gflownet_measure.transforms import ArcChart, WithoutJacobian
@@ -186,6 +186,46 @@ def test_rejection_sampler_is_exact_and_refuses_the_codes_bound():
     assert float((qd.log_reward(x).exp() > 2).double().mean()) == pytest.approx(4 * 0.01 * 2.6 / 0.305, abs=0.02)
     with pytest.raises(ValueError, match="above the bound"):
         rejection_sample(qd.log_reward, torch.zeros(2), torch.ones(2), math.log(2.1), 1000, gen)
+
+
+def test_level_masses_from_geometry_match_the_reward():
+    """The exact level masses (0.1 * 0.75, 0.6 * 0.21, 2.6 * 0.04) / 0.305; reward_level indexes R's value at every point
+    of a fine grid, whose level fractions weighted by R are those masses up to the grid's cells cut by a boundary
+    (a 1,000 x 1,000 midpoint grid puts no point on one, and its cells lie wholly inside a level, since every boundary is a multiple of 0.05)."""
+    masses = qd.level_masses()
+    assert torch.allclose(masses, torch.tensor([0.075, 0.126, 0.104], dtype=torch.float64) / 0.305, atol=1e-12)
+    side = (torch.arange(1000, dtype=torch.float64) + 0.5) / 1000
+    x = torch.cartesian_prod(side, side)
+    level = qd.reward_level(x)
+    assert torch.equal(torch.tensor(qd.LEVELS, dtype=torch.float64)[level], qd.log_reward(x).exp().round(decimals=12))
+    R = qd.log_reward(x).exp()
+    by_level = torch.stack([R[level == k].sum() for k in range(3)]) / R.sum()
+    assert torch.allclose(by_level, masses, atol=1e-9)
+
+
+def test_concentration_bound_and_mixture_sizes_reach_every_head():
+    """make_policies' concentration_max and mixture sizes set every Beta head of P_F and of the learned P_B; saturated
+    pre-activations reach the bound (sigmoid(30) = 1 - 1e-13)."""
+    g = qd.make_graph(cfg())
+    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=8, n_layers=1, n_components_s0=5, n_components=3, concentration_max=50.0)
+    heads = [*pf.heads, *pb.heads]
+    assert [h.n_components for h in heads] == [5, 3, 3]
+    for h in heads:
+        conc = h(torch.full((1, h.n_params), 30.0)).conc  # the heads live on [0, 1]^k: a BetaMixture itself
+        assert torch.allclose(conc, torch.tensor(50.0)) and float(h(torch.full((1, h.n_params), -30.0)).conc.max()) == pytest.approx(0.1)
+
+
+def test_expected_sample_tv_is_exact():
+    """n = 1: the sample is one level j, at TV 1 - p_j, so E TV = 1 - sum p^2 exactly. n = 10,000: against 2,000 seeded
+    multinomial draws, whose mean TV has a standard error of 6.5e-5 (TV's spread 0.003 / sqrt(2000), measured); tolerance 3e-4.
+    A point mass scores 0 at any n."""
+    p = qd.level_masses()
+    assert expected_sample_tv(p, 1) == pytest.approx(1 - float((p**2).sum()), abs=1e-12)
+    counts = np.random.default_rng(0).multinomial(10000, p.numpy(), size=2000)
+    simulated = 0.5 * np.abs(counts / 10000 - p.numpy()).sum(1).mean()
+    assert expected_sample_tv(p, 10000) == pytest.approx(float(simulated), abs=3e-4)
+    assert expected_sample_tv(torch.tensor([1.0, 0.0]), 50) == 0.0
+    assert total_variation(torch.tensor([1.0, 0.0, 0.0]), p) == pytest.approx(1 - float(p[0]), abs=1e-12)
 
 
 def test_grid_jsd_and_kde():

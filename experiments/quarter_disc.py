@@ -169,7 +169,7 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
         "seconds": history[-1]["seconds"],
         "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
         "steps": cfg["steps"],
-        "trajectories": cfg["steps"] * cfg["batch_size"],
+        "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
     }
 
 

@@ -160,6 +160,6 @@ def mlp_policies(graph: PointedGraph, config: TorusConfig, kappa: Kernel, kappa_
 def make_policies(graph: PointedGraph, config: TorusConfig):
     """``(P_F, P_B)``: a mixture of ``n_components`` von Mises increments per angle (minimum concentration ``c_min``), densities
     w.r.t. Haar measure on the next (previous) step's torus; an exit logit at ``t = T`` (where it is the only component)."""
-    n, T = config.n_dim, config.n_steps
+    n = config.n_dim
     head = lambda: VonMisesMixtureHead(INCREMENTS(n), config.n_components, config.c_min)  # noqa: E731
     return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [head()], [head()])

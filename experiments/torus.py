@@ -21,7 +21,6 @@ from torch import Tensor
 
 from environments import torus as env
 from environments.torus_targets import TorusTarget, grid_log_normaliser, periodic_grid
-from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_log_density
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names

@@ -46,7 +46,7 @@ def grid_jsd(log_p: Tensor, log_q: Tensor) -> float:
 
 
 def grid_kl(log_p: Tensor, log_q: Tensor) -> float:
-    """:math:`\mathrm{KL}(p \| q) = \sum_g p_g \log(p_g / q_g)` (nats) between two unnormalised log-densities on the same grid ``[G]``,
+    """:math:`\\mathrm{KL}(p \\| q) = \\sum_g p_g \\log(p_g / q_g)` (nats) between two unnormalised log-densities on the same grid ``[G]``,
     each normalised over the grid; a sum over the grid (the public torus code reports a mean, :math:`1/G` of this)."""
     lp, lq = torch.log_softmax(log_p.double(), 0), torch.log_softmax(log_q.double(), 0)
     return float(torch.where(lp > -math.inf, lp.exp() * (lp - lq), torch.zeros_like(lp)).sum())
@@ -55,11 +55,11 @@ def grid_kl(log_p: Tensor, log_q: Tensor) -> float:
 def periodic_kde_log_density(samples: Tensor, points: Tensor, bandwidth: float, period: float = 2 * math.pi, chunk: int = 512) -> Tensor:
     """Gaussian-kernel density estimate on a torus, up to a constant, ``[G]`` at ``points [G, n]`` from ``samples [K, n]``.
 
-    .. math:: \log \hat p(y) = \log \sum_{k=1}^K \exp\Big(-\frac{\|d(y, x_k)\|^2}{2h^2}\Big) + \text{const},\qquad
-       d_i = \big((y_i - x_{ki} + T/2) \bmod T\big) - T/2
+    .. math:: \\log \\hat p(y) = \\log \\sum_{k=1}^K \\exp\\Big(-\\frac{\\|d(y, x_k)\\|^2}{2h^2}\\Big) + \\text{const},\\qquad
+       d_i = \\big((y_i - x_{ki} + T/2) \\bmod T\\big) - T/2
 
     with :math:`d` the shortest signed difference around each circle of circumference ``period`` :math:`T` (the kernel of the
-    nearest image; the others add :math:`e^{-(T/2)^2/(2h^2)}`, below 1e-200 at :math:`h = 0.1`, :math:`T = 2\pi`). The public
+    nearest image; the others add :math:`e^{-(T/2)^2/(2h^2)}`, below 1e-200 at :math:`h = 0.1`, :math:`T = 2\\pi`). The public
     torus code tiles the samples 3 x 3 instead, which is the same sum over the nearest images.
     """
     x = samples.double()

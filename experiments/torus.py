@@ -2,12 +2,14 @@
 
 Metrics, against the exact normalised density on the periodic grid of ``eval_grid`` points per angle (never a second KDE):
 ``jsd``, ``l1`` and ``kl`` (KL(exact || learned)) of a periodic Gaussian KDE (bandwidth ``bandwidth``) of ``eval_samples``
-terminal states; ``jsd_floor`` etc. are what a perfect sampler scores at the same sample size (the KDE of as many draws
+terminal states; ``floor_jsd`` etc. are what a perfect sampler scores at the same sample size (the KDE of as many draws
 from the exact grid density, each uniform within its grid cell). Per basin of the target (R6: its modes; alanine: the
 Ramachandran basins) the fraction of samples in it (``mass/<basin>``) and the exact mass by quadrature
 (``mass_exact/<basin>``). ``log_Z_exact`` by quadrature; ``log_Z_learned`` (the TB parameter), ``log_Z_lower_bound``
 (mean of w) and ``log_Z_importance_weighted`` (log-mean-exp of w) from ``eval_samples`` on-policy trajectories.
-For alanine the grid and basin masses use exact OpenMM energies; training reads the interpolated energy grid.
+For alanine the grid and basin masses use exact OpenMM energies; training reads the interpolated energy grid. With
+``space=hybrid`` (:mod:`environments.hybrid_torus`) also ``exact_P_T/{jsd,l1,kl}``: the learned sampler's terminal density itself,
+by enumeration of its discrete choices and quadrature of its angles (:func:`~environments.hybrid_torus.terminal_density`).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from environments import hybrid_torus
 from environments import torus as env
 from environments.torus_targets import TorusTarget, grid_log_normaliser, periodic_grid
 from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_log_density
@@ -36,6 +39,7 @@ from .settings import ConfigError, build
 SETTINGS = {
     **env.SETTINGS,
     **TRAINING_SETTINGS,
+    "space": Setting("torus", "torus: every angle moves at each step; hybrid: stay or move one angle per step (environments.hybrid_torus; its exact P_T is reported)", choices=("torus", "hybrid")),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
     "epsilon": Setting(0.1, "probability of a uniform (Haar) move while sampling training trajectories (the public code's 0.1 draws von Mises(0, 5) instead)", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
@@ -129,8 +133,9 @@ def _ramachandran(ref: Reference, x: Tensor, path: Path, title: str) -> None:
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
     space = build(env.TorusConfig, cfg)
-    graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space)
+    module = hybrid_torus if cfg["space"] == "hybrid" else env
+    graph = module.make_graph(space)
+    pf, pb = module.make_policies(graph, space)
     objective = get_objective(cfg["objective"])
     log_F = StateFlow(graph.encode, graph.encode.width, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
@@ -158,7 +163,10 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         "steps": cfg["steps"],
         "trajectories": cfg["steps"] * cfg["batch_size"],
     } | {f"target/{k}": v for k, v in target.info}
-    label = f"{target.name}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
+    if cfg["space"] == "hybrid":  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
+        log_p_T = hybrid_torus.terminal_density(graph, pf, ref.G).clamp(min=1e-300).log()
+        metrics |= {"exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R), "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()), "exact_P_T/kl": grid_kl(ref.log_R, log_p_T)}
+    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
         _figure4(ref, x, out / "figure4.png", label)

@@ -90,9 +90,9 @@ class Reference:
     def log_kde(self, x: Tensor) -> Tensor:
         return periodic_kde_log_density(x, self.points, self.bandwidth)
 
-    def distances(self, x: Tensor, prefix: str = "") -> dict:
-        """JSD, L1 (sum over the grid of |p - q|) and KL(exact || KDE) of the KDE of ``x`` against the exact grid density."""
-        q = self.log_kde(x)
+    def distances(self, x: Tensor, prefix: str = "", log_kde: Tensor | None = None) -> dict:
+        """JSD, L1 (sum over the grid of |p - q|) and KL(exact || KDE) of the KDE of ``x`` (``log_kde`` if already computed) against the exact grid density."""
+        q = self.log_kde(x) if log_kde is None else log_kde
         l1 = float((torch.softmax(self.log_R, 0) - torch.softmax(q, 0)).abs().sum())
         return {f"{prefix}jsd": grid_jsd(q, self.log_R), f"{prefix}l1": l1, f"{prefix}kl": grid_kl(self.log_R, q)}
 
@@ -114,20 +114,20 @@ def _image(ref: Reference, log_density: Tensor) -> np.ndarray:
 
 
 @optional_figure
-def _figure4(ref: Reference, x: Tensor, path: Path, title: str) -> None:
+def _figure4(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, title: str) -> None:
     """The paper's Figure 4: the exact normalised density and the KDE of the learned samples, side by side on the torus (same colour scale)."""
     box = (0.0, 2 * math.pi, 0.0, 2 * math.pi)
-    panels = [("exact density R/Z", _image(ref, ref.log_R), box), (f"KDE of {len(x)} GFlowNet samples", _image(ref, ref.log_kde(x)), box)]
+    panels = [("exact density R/Z", _image(ref, ref.log_R), box), (f"KDE of {n_samples} GFlowNet samples", _image(ref, log_kde), box)]
     plot_density_panels(panels, path, title, share=(0, 1))
 
 
 @optional_figure
-def _ramachandran(ref: Reference, x: Tensor, path: Path, title: str) -> None:
+def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, title: str) -> None:
     """The Ramachandran plot: (phi, psi) in degrees on [-180, 180)^2, exact Boltzmann density and the learned KDE."""
     shift = ref.G // 2  # grid columns from [0, 360) to [-180, 180)
     roll = lambda img: np.roll(np.roll(img, shift, 0), shift, 1)  # noqa: E731
     box = (-180.0, 180.0, -180.0, 180.0)
-    panels = [("exact Boltzmann density (OpenMM)", roll(_image(ref, ref.log_R)), box), (f"KDE of {len(x)} GFlowNet samples", roll(_image(ref, ref.log_kde(x))), box)]
+    panels = [("exact Boltzmann density (OpenMM)", roll(_image(ref, ref.log_R)), box), (f"KDE of {n_samples} GFlowNet samples", roll(_image(ref, log_kde)), box)]
     plot_density_panels(panels, path, title, share=(0, 1))
 
 
@@ -152,8 +152,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     x = traj.terminal[:, :n].double()
     np.savez(out / "samples.npz", x=x.numpy())
     floor = ref.distances(ref.exact_draws(len(x), torch.Generator().manual_seed(torch.initial_seed())), "floor_")
-    exact, masses = ref.exact_masses(), ref.masses(x)
-    metrics = ref.distances(x) | floor | masses | exact | basin_errors(masses, exact) | {
+    exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
+    metrics = ref.distances(x, log_kde=log_kde) | floor | masses | exact | basin_errors(masses, exact) | {
         "log_Z_exact": ref.log_Z,
         **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "log_Z_lower_bound": lower,
@@ -169,9 +169,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
-        _figure4(ref, x, out / "figure4.png", label)
+        _figure4(ref, log_kde, len(x), out / "figure4.png", label)
         if space.target == "alanine":
-            _ramachandran(ref, x, out / "ramachandran.png", label)
+            _ramachandran(ref, log_kde, len(x), out / "ramachandran.png", label)
     return metrics
 
 

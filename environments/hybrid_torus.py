@@ -32,7 +32,7 @@ from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, dirac, sum_measures
 from gflownet_measure.transforms import AffineChart
 
-from .torus import INCREMENTS, TWO_PI, Encoder, TorusConfig, levels, mlp_policies, target_of
+from .torus import TWO_PI, Encoder, TorusConfig, increments_box, levels, mlp_policies, target_of
 from .torus_targets import periodic_grid
 
 __all__ = ["HybridTorusKernel", "make_graph", "make_policies", "terminal_density"]
@@ -50,7 +50,7 @@ class HybridTorusKernel(Kernel):
     def __init__(self, n: int, n_steps: int, forward: bool):
         self.n, self.n_steps, self.forward = n, n_steps, forward
         step = {n: 1.0 if forward else -1.0}
-        self.torus = AffineChart(INCREMENTS(n), range(n), relative=True, period=TWO_PI, advance=step) if forward else None
+        self.torus = AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance=step) if forward else None
         self.circles = tuple(AffineChart(CIRCLE, (i,), relative=True, period=TWO_PI, advance=step) for i in range(n))
 
     def __call__(self, s: Tensor) -> Measure:
@@ -90,7 +90,7 @@ def make_graph(config: TorusConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: TorusConfig):
     """``(P_F, P_B)``: logits over ``[atom, (torus,) circle 1..n]`` and a von Mises mixture per piece (``n_components``, ``c_min``)."""
     n = config.n_dim
-    torus = VonMisesMixtureHead(INCREMENTS(n), config.n_components, config.c_min)
+    torus = VonMisesMixtureHead(increments_box(n), config.n_components, config.c_min)
     circles = lambda: [VonMisesMixtureHead(CIRCLE, config.n_components, config.c_min) for _ in range(n)]  # noqa: E731
     return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [torus, *circles()], circles())
 

@@ -37,12 +37,12 @@ from gflownet_measure.transforms import AffineChart
 
 from .torus_targets import TARGETS, TorusTarget, get_target
 
-__all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "INCREMENTS", "TorusKernel", "Encoder", "target_of", "make_graph", "make_policies", "mlp_policies"]
+__all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "increments_box", "TorusKernel", "Encoder", "levels", "target_of", "make_graph", "make_policies", "mlp_policies"]
 
 TWO_PI = 2 * math.pi
 
 
-def INCREMENTS(n: int) -> Box:
+def increments_box(n: int) -> Box:
     """The chart box of an increment of ``n`` angles, :math:`[-\\pi, \\pi]^n`: one period per coordinate, centred on no move."""
     return Box((-math.pi,) * n, (math.pi,) * n, periodic=True)
 
@@ -89,7 +89,7 @@ class TorusKernel(Kernel):
 
     def __init__(self, n: int, n_steps: int, forward: bool):
         self.n, self.n_steps, self.forward = n, n_steps, forward
-        self.chart = AffineChart(INCREMENTS(n), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0})
+        self.chart = AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0})
 
     def __call__(self, s: Tensor) -> Measure:
         B = s.shape[0]
@@ -161,5 +161,5 @@ def make_policies(graph: PointedGraph, config: TorusConfig):
     """``(P_F, P_B)``: a mixture of ``n_components`` von Mises increments per angle (minimum concentration ``c_min``), densities
     w.r.t. Haar measure on the next (previous) step's torus; an exit logit at ``t = T`` (where it is the only component)."""
     n = config.n_dim
-    head = lambda: VonMisesMixtureHead(INCREMENTS(n), config.n_components, config.c_min)  # noqa: E731
+    head = lambda: VonMisesMixtureHead(increments_box(n), config.n_components, config.c_min)  # noqa: E731
     return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [head()], [head()])

@@ -1,7 +1,6 @@
 """Alanine dipeptide (the torus's ``alanine`` target): torsions set by rigid rotation, the Ramachandran basins of the amber14
 energy surface where they belong, periodic interpolation, and one-line errors for bad structures, force fields and a missing OpenMM."""
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -21,7 +21,7 @@ SMALL_SETTINGS = {
 }
 
 
-EXAMPLES = {"dag-params": 4, "torus": 3, "hybrid-torus": 3}  # each d = 3 example integrates over 25 DAGs and 24 weight spaces (about 10 s); a torus example up to 4 levels of 64 x 64 pairs
+EXAMPLES = {"dag-params": 4, "torus": 2, "hybrid-torus": 2}  # each d = 3 example integrates over 25 DAGs and 24 weight spaces (about 10 s); a torus example up to 4 levels of 64 x 64 pairs
 
 
 def test_every_environment_has_a_strategy():

@@ -91,7 +91,7 @@ def test_hybrid_terminal_density_matches_the_closed_form():
 
 
 def test_hybrid_terminal_density_of_a_network_policy_matches_its_samples():
-    """An untrained MLP policy (T = 3): P_T by quadrature integrates to one, and 8,000 rollouts fall into the 8 x 8 cells of the
+    """An untrained MLP policy (T = 3): P_T by quadrature integrates to one, and 4,000 rollouts fall into the 8 x 8 cells of the
     torus as P_T says (chi-square with 63 degrees of freedom below 120, a 1e-5 tail: seeded, a correct sampler fails ~1e-5)."""
     torch.manual_seed(0)
     config = torus.TorusConfig(n_steps=3, hidden=32, n_layers=1, c_min=1.0)
@@ -102,10 +102,10 @@ def test_hybrid_terminal_density_of_a_network_policy_matches_its_samples():
     assert float(p_T.sum()) * (2 * math.pi / G) ** 2 == pytest.approx(1.0, abs=1e-6)  # float32 network, float64 quadrature
     cells = (p_T.reshape(8, 4, 8, 4).sum((1, 3)) * (2 * math.pi / G) ** 2).reshape(-1)  # grid rows j -> cell j // 4
     with torch.no_grad():
-        x = sample_forward(graph, pf, 8000).terminal[:, :2]
+        x = sample_forward(graph, pf, 4000).terminal[:, :2]
     index = (x / (2 * math.pi / 8)).long().clamp(max=7)
     counts = torch.bincount(index[:, 0] * 8 + index[:, 1], minlength=64).double()
-    expected = 8000 * cells
+    expected = 4000 * cells
     assert float(((counts - expected) ** 2 / expected).sum()) < 120
 
 

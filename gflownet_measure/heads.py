@@ -11,7 +11,8 @@ density on another box does not integrate to one against the piece. :func:`check
   ``[0, 1]^k`` law (:class:`Rescaled`, e.g. the box ``[-1, 0]`` of a backward move).
 - :class:`VonMisesHead` lives on a box of one period per coordinate: the head of a periodic chart
   (:class:`~gflownet_measure.transforms.AffineChart` with ``period``: a circle, a torus), whose density is
-  continuous across the point where the box's two ends meet.
+  continuous across the point where the box's two ends meet. :class:`VonMisesMixtureHead` is its mixture, one
+  independent mixture per coordinate (the torus policies of Lahlou et al. 2023, section 4.3).
 
 Every Beta law here clamps its samples and its evaluation points to ``[edge, 1 - edge]`` (on ``[0, 1]``,
 before any rescaling). A Beta with a concentration below 1 puts mass within float round-off of 0 and 1
@@ -31,7 +32,7 @@ from torch.distributions import Beta, Dirichlet, Distribution, Independent, VonM
 from .densities import gumbel_max
 from .measures import Box
 
-__all__ = ["ClampedBetaProduct", "BetaMixture", "Rescaled", "WrappedVonMises", "BetaHead", "BetaMixtureHead", "VonMisesHead", "box_text", "check_head"]
+__all__ = ["ClampedBetaProduct", "BetaMixture", "Rescaled", "WrappedVonMises", "VonMisesMixture", "BetaHead", "BetaMixtureHead", "VonMisesHead", "VonMisesMixtureHead", "box_text", "check_head"]
 
 
 def box_text(box: Box) -> str:
@@ -200,6 +201,45 @@ class WrappedVonMises(Distribution):
         return (self.angles.log_prob((value - self.low) * self.to_angle) + self.to_angle.log()).sum(-1)
 
 
+class VonMisesMixture(Distribution):
+    """``k`` independent angles, each a mixture of ``C`` von Mises laws wrapped onto its side :math:`[l_i, h_i]` (one period :math:`T_i`).
+
+    .. math:: q(u) = \\prod_{i=1}^k \\frac{2\\pi}{T_i} \\sum_{j=1}^C w_{ij}\\, \\mathrm{vM}\\Big(\\frac{2\\pi (u_i - l_i)}{T_i}; \\mu_{ij}, \\kappa_{ij}\\Big),
+       \\qquad w_{i\\cdot} = \\mathrm{softmax}(\\ell_{i\\cdot})
+
+    ``logits, loc, concentration [..., k, C]``, ``low, high [k]``; as in :class:`WrappedVonMises` the angle of :math:`u_i`
+    is measured from :math:`l_i`. Built lazily as :class:`BetaMixture`: ``sample``
+    draws the component of each angle by :func:`~gflownet_measure.densities.gumbel_max`, then that component's von Mises
+    only; ``log_prob`` is a log-sum-exp over components per angle, summed over angles. Periodic in every :math:`u_i`;
+    not reparametrisable (a discrete choice, and torch's von Mises sampler rejects draws).
+    """
+
+    arg_constraints: dict = {}
+    has_rsample = False
+
+    def __init__(self, logits: Tensor, loc: Tensor, concentration: Tensor, low: Tensor, high: Tensor):
+        self.logits, self.loc, self.concentration, self.low, self.high = logits, loc, concentration, low, high
+        self.to_angle = (2 * math.pi) / (high - low)  # [k]: 2 pi / T_i
+        super().__init__(loc.shape[:-2], loc.shape[-2:-1], validate_args=False)
+
+    @constraints.dependent_property(is_discrete=False, event_dim=1)
+    def support(self):
+        return constraints.independent(constraints.interval(self.low, self.high), 1)
+
+    def sample(self, sample_shape=torch.Size()) -> Tensor:
+        with torch.no_grad():
+            shape = torch.Size(sample_shape) + self.logits.shape
+            j = gumbel_max(self.logits.expand(shape))[..., None]  # [*S, *batch, k, 1]
+            pick = lambda t: t.expand(shape).gather(-1, j)[..., 0]  # noqa: E731 (the chosen component's parameter)
+            theta = VonMises(pick(self.loc), pick(self.concentration), validate_args=False).sample()  # [-pi, pi)
+        return self.low + torch.remainder(theta, 2 * math.pi) / self.to_angle
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        angle = ((value - self.low) * self.to_angle).unsqueeze(-1)  # [..., k, 1]: against every component
+        per = VonMises(self.loc, self.concentration, validate_args=False).log_prob(angle)  # [..., k, C]
+        return (torch.logsumexp(torch.log_softmax(self.logits, -1) + per, -1) + self.to_angle.log()).sum(-1)
+
+
 class BetaHead(nn.Module):
     """Product of Betas on the box ``domain`` (default ``[0, 1]^k``), concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)`.
 
@@ -289,3 +329,33 @@ class VonMisesHead(nn.Module):
     def forward(self, raw: Tensor) -> WrappedVonMises:
         loc, pre = raw.chunk(2, -1)  # [..., 2k] -> mu, kappa pre-activations [..., k]
         return WrappedVonMises(loc, _squashed(pre, self.c_min, self.c_span), *_bounds(self.domain, raw))
+
+
+class VonMisesMixtureHead(nn.Module):
+    """Per coordinate a mixture of ``n_components`` von Mises laws wrapped onto the box ``domain`` (one period per coordinate):
+    the torus policies of Lahlou et al. 2023, section 4.3 (five components, minimum concentration 4 in the public code).
+
+    .. math:: q(u) = \\prod_{i=1}^k \\frac{2\\pi}{T_i} \\sum_{j=1}^C w_{ij}\\, \\mathrm{vM}\\Big(\\frac{2\\pi (u_i - l_i)}{T_i}; \\mu_{ij}, \\kappa_{ij}\\Big),
+       \\quad \\kappa_{ij} = c_{min} + \\mathrm{softplus}(\\cdot)
+
+    (:class:`VonMisesMixture`). Raw outputs, coordinate-major: for each of the ``k`` coordinates ``C`` logits, ``C``
+    locations (radians, any real) and ``C`` concentration pre-activations. The public code uses
+    :math:`c_{min} + e^{(\\cdot)}`; softplus has the same floor and no overflow for large outputs. A density w.r.t. ``du``
+    on ``domain``; the chart supplies the Jacobian (zero for a unit-scale angle chart: Haar measure is arclength).
+    """
+
+    def __init__(self, domain: Box, n_components: int = 5, c_min: float = 4.0):
+        super().__init__()
+        if not domain.bounded:
+            raise ValueError(f"VonMisesMixtureHead needs a bounded domain box (one period per coordinate), got {box_text(domain)}")
+        if not c_min > 0 or n_components < 1:
+            raise ValueError(f"VonMisesMixtureHead needs c_min > 0 and n_components >= 1, got {c_min}, {n_components}")
+        self.domain, self.k, self.n_components, self.c_min = domain, domain.dim, n_components, c_min
+
+    @property
+    def n_params(self) -> int:
+        return 3 * self.k * self.n_components
+
+    def forward(self, raw: Tensor) -> VonMisesMixture:
+        logits, loc, pre = raw.unflatten(-1, (self.k, 3, self.n_components)).unbind(-2)  # [..., k, C] each
+        return VonMisesMixture(logits, loc, self.c_min + nn.functional.softplus(pre), *_bounds(self.domain, raw))

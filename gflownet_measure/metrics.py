@@ -6,7 +6,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["l1_distance", "total_variation", "expected_sample_tv", "log_z_bounds", "log_weights", "grid_jsd", "kde_log_density", "rejection_sample"]
+__all__ = ["l1_distance", "total_variation", "expected_sample_tv", "log_z_bounds", "log_weights", "grid_jsd", "grid_kl", "kde_log_density", "periodic_kde_log_density", "rejection_sample"]
 
 
 def l1_distance(p: Tensor, q: Tensor) -> float:
@@ -68,6 +68,31 @@ def grid_jsd(log_p: Tensor, log_q: Tensor) -> float:
         return torch.where(la > -math.inf, la.exp() * (la - lm), torch.zeros_like(la)).sum()
 
     return float(0.5 * kl(lp) + 0.5 * kl(lq))
+
+
+def grid_kl(log_p: Tensor, log_q: Tensor) -> float:
+    """:math:`\\mathrm{KL}(p \\| q) = \\sum_g p_g \\log(p_g / q_g)` (nats) between two unnormalised log-densities on the same grid ``[G]``,
+    each normalised over the grid; a sum over the grid (the public torus code reports a mean, :math:`1/G` of this)."""
+    lp, lq = torch.log_softmax(log_p.double(), 0), torch.log_softmax(log_q.double(), 0)
+    return float(torch.where(lp > -math.inf, lp.exp() * (lp - lq), torch.zeros_like(lp)).sum())
+
+
+def periodic_kde_log_density(samples: Tensor, points: Tensor, bandwidth: float, period: float = 2 * math.pi, chunk: int = 512) -> Tensor:
+    """Gaussian-kernel density estimate on a torus, up to a constant, ``[G]`` at ``points [G, n]`` from ``samples [K, n]``.
+
+    .. math:: \\log \\hat p(y) = \\log \\sum_{k=1}^K \\exp\\Big(-\\frac{\\|d(y, x_k)\\|^2}{2h^2}\\Big) + \\text{const},\\qquad
+       d_i = \\big((y_i - x_{ki} + T/2) \\bmod T\\big) - T/2
+
+    with :math:`d` the shortest signed difference around each circle of circumference ``period`` :math:`T` (the kernel of the
+    nearest image; the others add :math:`e^{-(T/2)^2/(2h^2)}`, below 1e-200 at :math:`h = 0.1`, :math:`T = 2\\pi`). The public
+    torus code tiles the samples 3 x 3 instead, which is the same sum over the nearest images.
+    """
+    x = samples.double()
+    out = []
+    for y in points.double().split(chunk):
+        d = torch.remainder(y[:, None, :] - x[None] + period / 2, period) - period / 2  # [chunk, K, n]
+        out.append(torch.logsumexp(-d.square().sum(-1) / (2 * bandwidth**2), 1))
+    return torch.cat(out)
 
 
 def kde_log_density(samples: Tensor, points: Tensor, bandwidth: float, chunk: int = 512) -> Tensor:

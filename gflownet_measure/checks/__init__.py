@@ -66,7 +66,7 @@ def check_graph(graph: PointedGraph, pf: Policy | None = None, pb: Policy | None
     Args:
         n: nodes (Monte Carlo draws or quadrature nodes) per continuous piece, random states per piece of nu.
         method: ``"auto"`` (eq. 4 by quadrature when every piece has at most three coordinates, by Monte Carlo otherwise;
-            eq. 15-16 by importance sampling), ``"mc"`` (Monte Carlo for eq. 4, importance sampling for eq. 15-16) or
+            eq. 15-16 by importance sampling, or by quadrature where every piece of the kernel is periodic), ``"mc"`` (Monte Carlo for eq. 4, importance sampling for eq. 15-16) or
             ``"quadrature"`` (both). See :mod:`gflownet_measure.checks.integration`.
         n_functions: random test functions for eq. 4.
         seed: every draw of the checks; torch's global generator is restored afterwards.

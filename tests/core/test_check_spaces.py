@@ -111,7 +111,8 @@ def test_the_circle_passes_every_check_by_quadrature():
 
 
 SHIPPED = [("hypergrid", {"height": 4, "ndim": 2}), ("quarter-disc", {"rho": 0.25}), ("sde", {"target": "gmm9", "n_steps": 4}),
-           ("sde", {"target": "funnel", "n_steps": 2}), ("dag-params", {"d": 3, "hidden": 8})]
+           ("sde", {"target": "funnel", "n_steps": 2}), ("dag-params", {"d": 3, "hidden": 8}),
+           ("torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1}), ("hybrid-torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1})]
 
 
 @pytest.mark.parametrize("name, settings", SHIPPED)

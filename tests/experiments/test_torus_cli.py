@@ -1,0 +1,42 @@
+"""Smoke tests of `gflownet-measure run torus` (tiny steps): the run-folder contract, the exact references, the hybrid's exact P_T."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from conftest import check_contract
+from experiments.cli import main
+
+TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=16", "n_layers=1", "n_steps=2", "eval_grid=24"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("space", ["torus", "hybrid"])
+def test_run_writes_the_contract(space, tmp_path):
+    out = tmp_path / space
+    assert main(["run", "torus", "--preset", "quick", "--out", str(out), "--threads", "1", "--set", *TINY, f"space={space}"]) == 0
+    check_contract(out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["log_Z_exact"] == pytest.approx(math.log(56 * math.pi**2), abs=1e-9)  # R6: Z = 56 pi^2 (docs/torus.md)
+    assert all(0 <= metrics[k] <= math.log(2) for k in ("jsd", "floor_jsd"))
+    assert sum(metrics[f"mass_exact/mode{j}"] for j in range(6)) == pytest.approx(1.0)  # the basins tile the torus
+    assert sum(metrics[f"mass/mode{j}"] for j in range(6)) == pytest.approx(1.0)
+    if space == "hybrid":
+        assert 0 <= metrics["exact_P_T/jsd"] <= math.log(2)
+    with np.load(out / "samples.npz") as z:
+        x = z["x"]
+    assert x.shape == (100, 2) and (x >= 0).all() and (x < 2 * math.pi).all()
+    assert {"jsd.png", "figure4.png"} <= {p.name for p in out.glob("*.png")}
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "target=r7"], "target='r7' is not allowed; valid: r6, alanine"),
+    (["--set", "temperature=0"], "temperature=0.0 must be > 0 kelvin"),
+    (["--set", "backward=maybe"], "valid: learned, tied, uniform"),
+])
+def test_bad_settings_are_one_line(argv, message, capsys, tmp_path):
+    assert main(["run", "torus", "--out", str(tmp_path / "r"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and message in err

@@ -42,7 +42,7 @@ def _loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor, extra: bool) -> torch.
 
 def _trainer(model: nn.Module, rows, out, steps: int) -> Trainer:
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
-    return Trainer(model, opt, None, lambda step: _loss(model, *(t[rows] for t in _data(step)), False), lambda: {"w0": float(model["lin"].weight[0, 0])}, out, steps, 3, B, run_id={"seed": 7})
+    return Trainer(model, opt, None, lambda step: _loss(model, *(t[rows] for t in _data(step)), False), lambda: {"w0": float(model["lin"].weight[0, 0].detach())}, out, steps, 3, B, run_id={"seed": 7})
 
 
 def _replica(rank: int, init: str, out: str, result: str) -> None:

@@ -29,10 +29,10 @@ from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.heads import VonMisesMixtureHead
 from gflownet_measure.kernels import Kernel
-from gflownet_measure.measures import Atoms, Box, Measure, Piece, dirac, sum_measures
+from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.transforms import AffineChart
 
-from .torus import TWO_PI, Encoder, TorusConfig, increments_box, levels, mlp_policies, target_of
+from .torus import TWO_PI, TorusConfig, increments_box, mlp_policies, torus_graph
 from .torus_targets import periodic_grid
 
 __all__ = ["HybridTorusKernel", "make_graph", "make_policies", "terminal_density"]
@@ -70,21 +70,7 @@ class HybridTorusKernel(Kernel):
 
 def make_graph(config: TorusConfig) -> PointedGraph:
     """The hybrid torus of ``config`` (the torus's settings and targets) with float64 states."""
-    n, T = config.n_dim, config.n_steps
-    target = target_of(config)
-    level = levels(n, T)
-    source = torch.zeros(n + 1, dtype=torch.float64)
-    return PointedGraph(
-        name=f"hybrid-torus({target.name}, n={n}, T={T})",
-        source=source,
-        kappa=HybridTorusKernel(n, T, forward=True),
-        kappa_b=HybridTorusKernel(n, T, forward=False),
-        nu=sum_measures(dirac(source), *level),
-        terminal=level[-1],
-        log_reward=lambda s: target.log_reward(s[:, :n]),
-        max_length=T + 1,
-        encode=Encoder(n, T, config.harmonics),
-    )
+    return torus_graph(config, HybridTorusKernel, "hybrid-torus")
 
 
 def make_policies(graph: PointedGraph, config: TorusConfig):

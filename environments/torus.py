@@ -129,15 +129,21 @@ def levels(n: int, n_steps: int) -> list[Measure]:
 
 def make_graph(config: TorusConfig) -> PointedGraph:
     """The torus of ``config`` with its target's reward; states are float64 so angles survive the chart round trip."""
+    return torus_graph(config, TorusKernel, "torus")
+
+
+def torus_graph(config: TorusConfig, kernel: type, name: str) -> PointedGraph:
+    """A space on the levels of the torus (:func:`levels`), moving by ``kernel(n, T, forward)`` (this module's, or the
+    hybrid torus's), with ``config``'s target as reward."""
     n, T = config.n_dim, config.n_steps
     target = target_of(config)
     level = levels(n, T)
     source = torch.zeros(n + 1, dtype=torch.float64)
     return PointedGraph(
-        name=f"torus({target.name}, n={n}, T={T})",
+        name=f"{name}({target.name}, n={n}, T={T})",
         source=source,
-        kappa=TorusKernel(n, T, forward=True),
-        kappa_b=TorusKernel(n, T, forward=False),
+        kappa=kernel(n, T, forward=True),
+        kappa_b=kernel(n, T, forward=False),
         nu=sum_measures(dirac(source), *level),
         terminal=level[-1],
         log_reward=lambda s: target.log_reward(s[:, :n]),

@@ -43,7 +43,7 @@ from gflownet_measure.transforms import AffineChart
 
 from .sde_targets import TARGETS
 
-__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "level_graph", "make_graph", "make_policies"]
+__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "LevelKernel", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "level_graph", "make_graph", "make_policies"]
 
 # The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
 # time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
@@ -82,15 +82,17 @@ def _r(n: int) -> Box:
     return Box((-math.inf,) * n, (math.inf,) * n, proposal_scale=1.5)
 
 
-class SDEKernel(Kernel):
-    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the Euler-Maruyama graph (module docstring).
+class LevelKernel(Kernel):
+    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of a space of states ``(x, k)``, ``x`` in ``dim`` coordinates and the
+    step ``k`` in ``0..n_steps``, that moves by ``chart`` (a relative chart advancing ``k`` by one, forward or back).
 
-    Components: forward ``[sink atom | increment piece]``, backward ``[atom s0 | increment piece]``.
+    Components: forward ``[sink atom | increment piece]`` (the sink at ``k = n_steps``), backward
+    ``[atom s0 | increment piece]`` (``s0`` the only parent at ``k = 1``). Shared by the Euler-Maruyama graph here
+    (increments in :math:`\\mathbb R^n`) and the torus of :mod:`environments.torus` (periodic increments).
     """
 
-    def __init__(self, dim: int, n_steps: int, scale: float, forward: bool):
-        self.dim, self.n_steps, self.forward = dim, n_steps, forward
-        self.chart = AffineChart(_r(dim), range(dim), scale=scale, relative=True, advance={dim: 1.0 if forward else -1.0})
+    def __init__(self, dim: int, n_steps: int, chart: AffineChart, forward: bool):
+        self.dim, self.n_steps, self.chart, self.forward = dim, n_steps, chart, forward
 
     def __call__(self, s: Tensor) -> Measure:
         B, D = s.shape
@@ -101,6 +103,14 @@ class SDEKernel(Kernel):
             atom_mask, piece_mask, atom_x = k == 1, k >= 2, torch.zeros_like(s)
         atoms = Atoms(atom_x[:, None], torch.zeros(B, 1, dtype=s.dtype, device=s.device), atom_mask[:, None], (atom_mask & self.forward)[:, None])
         return Measure(atoms, (Piece(self.chart, s, piece_mask),))
+
+
+class SDEKernel(LevelKernel):
+    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the Euler-Maruyama graph (module docstring): increments in
+    :math:`\\mathbb R^n`, charted in units ``scale``."""
+
+    def __init__(self, dim: int, n_steps: int, scale: float, forward: bool):
+        super().__init__(dim, n_steps, AffineChart(_r(dim), range(dim), scale=scale, relative=True, advance={dim: 1.0 if forward else -1.0}), forward)
 
 
 class FourierTime(nn.Module):

@@ -30,11 +30,12 @@ from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.heads import VonMisesMixtureHead
 from gflownet_measure.kernels import Kernel
-from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
+from gflownet_measure.measures import Box, Measure, charted, dirac, sum_measures
 from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.transforms import AffineChart
 
+from .sde import LevelKernel
 from .torus_targets import TARGETS, TorusTarget, get_target
 
 __all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "increments_box", "TorusKernel", "Encoder", "levels", "target_of", "make_graph", "make_policies", "mlp_policies"]
@@ -81,25 +82,12 @@ def target_of(config: TorusConfig) -> TorusTarget:
     return get_target(config)
 
 
-class TorusKernel(Kernel):
-    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the torus (module docstring).
-
-    Components: forward ``[sink atom | increment piece]``, backward ``[atom s0 | increment piece]``.
-    """
+class TorusKernel(LevelKernel):
+    """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the torus (module docstring): increments on the torus, Haar measure
+    through a unit-scale periodic chart."""
 
     def __init__(self, n: int, n_steps: int, forward: bool):
-        self.n, self.n_steps, self.forward = n, n_steps, forward
-        self.chart = AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0})
-
-    def __call__(self, s: Tensor) -> Measure:
-        B = s.shape[0]
-        t = s[:, self.n]
-        if self.forward:
-            atom_mask, piece_mask, atom_x = t == self.n_steps, t < self.n_steps, s
-        else:
-            atom_mask, piece_mask, atom_x = t == 1, t >= 2, torch.zeros_like(s)
-        atoms = Atoms(atom_x[:, None], torch.zeros(B, 1, dtype=s.dtype, device=s.device), atom_mask[:, None], (atom_mask & self.forward)[:, None])
-        return Measure(atoms, (Piece(self.chart, s, piece_mask),))
+        super().__init__(n, n_steps, AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0}), forward)
 
 
 class Encoder:

@@ -1,8 +1,8 @@
 """The runs of a multi-run experiment as tasks on a Ray cluster (``--set executor=ray address=...``).
 
 Each run is one Ray task executing the same function as the local process pool (``experiments.common._one``): the same
-folder, seed, settings, resume rule and metrics, so a table is the same whichever executor trained it, and a table
-begun on one can be resumed on the other. A task asks Ray for ``--threads`` CPUs (and one GPU with ``--device cuda``);
+folder, seed, settings, resume rule and metrics, so a table is the same whichever executor trained it (a table's
+``--resume`` keeps the executor it was started with: the executor is one of its saved settings). A task asks Ray for ``--threads`` CPUs (and one GPU with ``--device cuda``);
 at most ``jobs`` runs are in flight. The run folders are written by the tasks: on a cluster of several machines they
 must lie on a file system every node sees, and the project must be installed on every node (Ray ships no code here).
 Ray is an optional extra (``pip install -e '.[cluster]'``).

@@ -47,11 +47,12 @@ class HybridTorusKernel(Kernel):
     backward ``[atom (s0 at t = 1, else stay) | circle 1 .. circle n]``.
     """
 
-    def __init__(self, n: int, n_steps: int, forward: bool):
+    def __init__(self, n: int, n_steps: int, forward: bool, concentration: float = 0.0):
         self.n, self.n_steps, self.forward = n, n_steps, forward
         step = {n: 1.0 if forward else -1.0}
-        self.torus = AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance=step) if forward else None
-        self.circles = tuple(AffineChart(CIRCLE, (i,), relative=True, period=TWO_PI, advance=step) for i in range(n))
+        circle = increments_box(1, concentration)  # the forward moves' exploration proposal (uniform for 0)
+        self.torus = AffineChart(increments_box(n, concentration), range(n), relative=True, period=TWO_PI, advance=step) if forward else None
+        self.circles = tuple(AffineChart(circle, (i,), relative=True, period=TWO_PI, advance=step) for i in range(n))
 
     def __call__(self, s: Tensor) -> Measure:
         B, n = s.shape[0], self.n

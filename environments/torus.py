@@ -38,14 +38,15 @@ from gflownet_measure.transforms import AffineChart
 from .sde import LevelKernel
 from .torus_targets import TARGETS, TorusTarget, get_target
 
-__all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "increments_box", "TorusKernel", "Encoder", "levels", "target_of", "make_graph", "make_policies", "mlp_policies"]
+__all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "increments_box", "TorusKernel", "Encoder", "exploration_concentration", "levels", "target_of", "make_graph", "make_policies", "mlp_policies"]
 
 TWO_PI = 2 * math.pi
 
 
-def increments_box(n: int) -> Box:
-    """The chart box of an increment of ``n`` angles, :math:`[-\\pi, \\pi]^n`: one period per coordinate, centred on no move."""
-    return Box((-math.pi,) * n, (math.pi,) * n, periodic=True)
+def increments_box(n: int, concentration: float = 0.0) -> Box:
+    """The chart box of an increment of ``n`` angles, :math:`[-\\pi, \\pi]^n`: one period per coordinate, centred on no move;
+    its reference proposal (the exploration move) is von Mises(0, ``concentration``) per angle, uniform (Haar) for 0."""
+    return Box((-math.pi,) * n, (math.pi,) * n, periodic=True, proposal_concentration=concentration)
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class TorusConfig:
     harmonics: int = option(5, "encoding cos(k theta), sin(k theta), k = 1..harmonics, per angle", low=1, high=64)
     hidden: int = option(512, "MLP width", low=1)
     n_layers: int = option(5, "Linear+ELU blocks of each MLP", low=0)
+    exploration: str = option("uniform", "the epsilon-exploration move: uniform (Haar measure, truly random) or von-mises (von Mises(0, exploration_concentration) about no move: the public code's 'random' action)", choices=("uniform", "von-mises"))
+    exploration_concentration: float = option(5.0, "concentration of the von-mises exploration move (the public code: 5)", low=1e-3)
     backward: str = option("learned", "P_B: learned (own MLP), tied (P_F's torso, own output layer) or uniform (Haar)", choices=("learned", "tied", "uniform"))
     temperature: float = option(300.0, "alanine: temperature in kelvin of the Boltzmann density exp(-E / kT)", low=0.0)
     forcefield: str = option("amber14-all.xml", "alanine: OpenMM force-field file (vacuum, no cutoff), e.g. amber14-all.xml or amber99sbildn.xml")
@@ -86,8 +89,8 @@ class TorusKernel(LevelKernel):
     """:math:`\\kappa` (``forward``) or :math:`\\kappa_b` of the torus (module docstring): increments on the torus, Haar measure
     through a unit-scale periodic chart."""
 
-    def __init__(self, n: int, n_steps: int, forward: bool):
-        super().__init__(n, n_steps, AffineChart(increments_box(n), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0}), forward)
+    def __init__(self, n: int, n_steps: int, forward: bool, concentration: float = 0.0):
+        super().__init__(n, n_steps, AffineChart(increments_box(n, concentration), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0}), forward)
 
 
 class Encoder:
@@ -120,9 +123,15 @@ def make_graph(config: TorusConfig) -> PointedGraph:
     return torus_graph(config, TorusKernel, "torus")
 
 
+def exploration_concentration(config: TorusConfig) -> float:
+    """The von Mises concentration of the forward kernel's reference proposal (0: uniform), from ``config.exploration``."""
+    return config.exploration_concentration if config.exploration == "von-mises" else 0.0
+
+
 def torus_graph(config: TorusConfig, kernel: type, name: str) -> PointedGraph:
-    """A space on the levels of the torus (:func:`levels`), moving by ``kernel(n, T, forward)`` (this module's, or the
-    hybrid torus's), with ``config``'s target as reward."""
+    """A space on the levels of the torus (:func:`levels`), moving by ``kernel(n, T, forward, concentration)`` (this module's,
+    or the hybrid torus's; ``concentration`` of the forward kernel's exploration move, :func:`exploration_concentration`),
+    with ``config``'s target as reward."""
     n, T = config.n_dim, config.n_steps
     target = target_of(config)
     level = levels(n, T)
@@ -130,7 +139,7 @@ def torus_graph(config: TorusConfig, kernel: type, name: str) -> PointedGraph:
     return PointedGraph(
         name=f"{name}({target.name}, n={n}, T={T})",
         source=source,
-        kappa=kernel(n, T, forward=True),
+        kappa=kernel(n, T, forward=True, concentration=exploration_concentration(config)),
         kappa_b=kernel(n, T, forward=False),
         nu=sum_measures(dirac(source), *level),
         terminal=level[-1],

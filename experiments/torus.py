@@ -41,7 +41,7 @@ SETTINGS = {
     **TRAINING_SETTINGS,
     "space": Setting("torus", "torus: every angle moves at each step; hybrid: stay or move one angle per step (environments.hybrid_torus; its exact P_T is reported)", choices=("torus", "hybrid")),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
-    "epsilon": Setting(0.1, "probability of a uniform (Haar) move while sampling training trajectories (the public code's 0.1 draws von Mises(0, 5) instead)", low=0.0, high=1.0),
+    "epsilon": Setting(0.1, "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
     "eval_grid": Setting(120, "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly", low=10, high=400),
     "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians)", low=1e-3),

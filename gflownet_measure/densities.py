@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Distribution, Independent, Normal
+from torch.distributions import Distribution, Independent, Normal, VonMises
 
 from .gaussian import LOG_2PI
 from .kernels import Kernel
@@ -179,7 +179,11 @@ class ReferenceCoordinates(Distribution):
 
     .. math:: q(u) = \\prod_{i \\in A,\\, U_i = [l_i, h_i]} \\frac{1}{h_i - l_i} \\prod_{i \\in A,\\, U_i = \\mathbb R} \\mathcal N(u_i; 0, c^2)
 
-    w.r.t. Lebesgue measure on the active coordinates; samples are 0 off them.
+    w.r.t. Lebesgue measure on the active coordinates; samples are 0 off them. On a periodic box with
+    ``Box.proposal_concentration`` :math:`\\kappa > 0`, each coordinate's angle :math:`\\theta_i = 2\\pi (u_i - m_i) / T_i` about the
+    midpoint :math:`m_i` (period :math:`T_i = h_i - l_i`) is von Mises instead:
+
+    .. math:: q(u) = \\prod_{i \\in A} \\frac{e^{\\kappa \\cos \\theta_i}}{T_i\\, I_0(\\kappa)}.
     """
 
     arg_constraints: dict = {}
@@ -191,10 +195,20 @@ class ReferenceCoordinates(Distribution):
         if not bool((self.bounded | (torch.isinf(self.low) & torch.isinf(self.high))).all()):
             raise ValueError(f"a reference proposal needs each coordinate bounded or the whole real line, got {box.low}, {box.high}")
         self.scale, self.active, self.n = box.proposal_scale, active, n
+        self.kappa = box.proposal_concentration
         super().__init__(batch_shape=torch.Size([n]), event_shape=torch.Size([box.dim]), validate_args=False)
+
+    def _angle_scale(self) -> tuple[Tensor, Tensor]:
+        """The midpoints :math:`m_i` and :math:`T_i / 2\\pi` of a periodic box's coordinates (von Mises proposal)."""
+        return (self.low + self.high) / 2, (self.high - self.low) / (2 * math.pi)
 
     def sample(self, sample_shape=torch.Size()) -> Tensor:
         shape = self._extended_shape(sample_shape)
+        if self.kappa > 0:
+            mid, per_radian = self._angle_scale()
+            theta = VonMises(torch.zeros((), dtype=self.low.dtype), torch.tensor(self.kappa, dtype=self.low.dtype), validate_args=False).sample(shape)
+            u = mid + theta * per_radian
+            return u if self.active is None else u * self.active
         low, high = self.low.expand(shape), self.high.expand(shape)
         u = torch.where(self.bounded, low, 0.0) + torch.rand(shape, dtype=self.low.dtype) * torch.where(self.bounded, high - low, 0.0)
         if not bool(self.bounded.all()):
@@ -202,6 +216,11 @@ class ReferenceCoordinates(Distribution):
         return u if self.active is None else u * self.active
 
     def log_prob(self, value: Tensor) -> Tensor:
+        if self.kappa > 0:
+            mid, per_radian = self._angle_scale()
+            k = torch.tensor(self.kappa, dtype=self.low.dtype)
+            lp = self.kappa * torch.cos((value - mid) / per_radian) - (torch.special.i0e(k).log() + k) - torch.log(self.high - self.low)
+            return (lp if self.active is None else torch.where(self.active, lp, torch.zeros_like(lp))).sum(-1)
         lb, ub = self.low.le(value).type_as(self.low), self.high.gt(value).type_as(self.low)
         lp = torch.log(lb.mul(ub)) - torch.log(self.high - self.low)  # as torch's Uniform
         if not bool(self.bounded.all()):

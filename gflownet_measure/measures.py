@@ -47,17 +47,22 @@ def _gauss_rule(kind: str, n: int) -> tuple[np.ndarray, np.ndarray]:
 class Box:
     """The coordinate domain ``U = prod_i [low_i, high_i]`` of a chart, with Lebesgue measure ``du``.
 
-    Bounds may be infinite (``R^k``); Monte Carlo integration then draws from a Gaussian proposal
-    of scale ``proposal_scale`` and weights by its inverse density. ``periodic``: every coordinate is one period of a
+    Bounds may be infinite (``R^k``); Monte Carlo integration and the reference proposal
+    (:class:`~gflownet_measure.densities.ReferenceCoordinates`: exploration, the uniform policy) then draw from a Gaussian
+    of scale ``proposal_scale``, integration weighting by its inverse density. ``periodic``: every coordinate is one period of a
     circle (the box of a periodic chart, :class:`~gflownet_measure.transforms.AffineChart` with ``period``), whose two
     ends are one point; quadrature then uses the periodic trapezoidal rule, exact for trigonometric polynomials of
     degree below the node count and spectrally accurate for smooth periodic integrands, where Gauss-Legendre is not.
+    ``proposal_concentration`` :math:`\\kappa > 0` (periodic boxes only) makes the reference proposal a von Mises law
+    :math:`\\mathrm{vM}(0, \\kappa)` of each coordinate's angle about the box's midpoint instead of uniform (the "random"
+    action of the continuous torus's public code, Lahlou et al. 2023, docs/torus.md); Monte Carlo integration stays uniform.
     """
 
     low: tuple[float, ...]
     high: tuple[float, ...]
     proposal_scale: float = 3.0
     periodic: bool = False
+    proposal_concentration: float = 0.0
 
     def __post_init__(self):
         if len(self.low) != len(self.high):
@@ -66,6 +71,8 @@ class Box:
             raise ValueError(f"Box needs low < high in every coordinate, got {self.low}, {self.high}")
         if self.periodic and not self.bounded:
             raise ValueError(f"a periodic Box needs finite bounds (one period per coordinate), got {self.low}, {self.high}")
+        if not self.proposal_concentration >= 0 or (self.proposal_concentration > 0 and not self.periodic):
+            raise ValueError(f"proposal_concentration={self.proposal_concentration!r} must be >= 0, and > 0 only on a periodic Box")
 
     @property
     def dim(self) -> int:
@@ -163,7 +170,7 @@ class Box:
             if not idx:
                 rules.append((torch.zeros(1, k, dtype=dtype), torch.zeros(1, dtype=dtype)))
                 continue
-            sub = Box(tuple(self.low[i] for i in idx), tuple(self.high[i] for i in idx), self.proposal_scale, self.periodic)
+            sub = Box(tuple(self.low[i] for i in idx), tuple(self.high[i] for i in idx), self.proposal_scale, self.periodic, self.proposal_concentration)
             v, lw = sub.weighted_points(n, "quadrature", dtype, coarse=coarse)
             u = torch.zeros(len(v), k, dtype=dtype)
             u[:, idx] = v

@@ -43,7 +43,7 @@ class DagParamsConfig:
 
     d: int = option(3, "number of variables of simulated data (a CSV sets its own); beyond 5 nu is not enumerated and the exact posterior is unavailable", low=2, high=MAX_NODES)
     data: str = option("", "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); empty: simulated Erdos-Renyi data", path=True, keywords=("sachs",))
-    interventions: str = option("", "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (mlp, categorical-mlp, zi-mlp)", path=True)
+    interventions: str = option("", "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (every CPD model)", path=True)
     bins: int = option(0, "discretise every variable into this many quantile bins of the training rows (0: the data as they are; data=sachs: 0 means 3, tertiles)", low=0)
     subsample: int = option(0, "train on this many random training rows (0: all; JSP-GFN Fig. 4a uses 100 of the Sachs rows)", low=0)
     sachs_heldout: str = option("u0126,ly294002", "data=sachs: the conditions held out and scored by the interventional NLL (keys cd3cd28, icam2, akt, g0076, psitect, u0126, ly294002, pma, b2camp or 1..9); the others are trained on")
@@ -89,6 +89,8 @@ def make_problem(config: DagParamsConfig) -> Problem:
     cpd, _ = MODELS[config.model]
     valid = valid_mask = true_adj = mask = None
     if config.data == "sachs":
+        if cpd != "categorical-mlp":
+            raise ValueError(f"data=sachs is discretised into {config.bins or 3} states per protein (categorical); model={config.model} is continuous: use model=categorical-mlp")
         split = sachs_split(config.sachs_heldout, config.sachs_rows, config.bins or 3, config.data_seed)
         data, mask, valid, valid_mask, true_adj, names = split.train, split.train_interventions, split.heldout, split.heldout_interventions, consensus_graph(), split.names
     elif config.data:

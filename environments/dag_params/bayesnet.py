@@ -62,17 +62,30 @@ class LinearGaussian(CPDBase):
         graph_prior: ``"uniform"`` (:math:`\\log P(G) = 0`) or ``"erdos_renyi"``
             (:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}`, :math:`p = 2k/(d-1)`, unnormalised as in the JSP code).
         edges_per_node: ``k`` of the Erdos-Renyi prior.
+        interventions: ``[N, d]`` 0/1, perfect interventions (:class:`~.cpd_base.CPDBase`): node ``j``'s terms, and its
+            closed-form posterior, read only the rows that do not intervene on it (:math:`O_j`), through its own Gram
+            matrix :math:`C^{(j)} = \\sum_{n \\in O_j} x_n x_n^\\top` and row count :math:`N_j = |O_j|`.
     """
 
     kind = "continuous"
+    interventional = True
 
-    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0):
+    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None):
         check_variance("LinearGaussian", "obs_var", obs_var)
-        super().__init__(data, prior_var, graph_prior, edges_per_node)
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         self.obs_var = float(obs_var)
         self.block = self.d  # node j's block: the weights of its column
-        self.gram = self.data.T @ self.data  # [d, d]: X^T X
+        self.grams, self.counts = self._node_grams(self.data, None)  # [d, d, d] (C^(j) = X_{O_j}^T X_{O_j}), [d] (N_j)
         self._cache: dict[tuple[int, int], _Local] = {}
+
+    def _node_grams(self, x: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Per node ``j`` the Gram matrix of the rows ``x [M, d]`` that do not intervene on ``j`` and their count:
+        ``[d, d, d]`` and ``[d]`` float64 (every node the same :math:`X^\\top X` and ``M`` for observational data)."""
+        if self.interventions is None:
+            return (x.T @ x).expand(self.d, self.d, self.d), torch.full((self.d,), float(len(x)), dtype=torch.float64)
+        observed = ~(self.interventions if rows is None else self.interventions[torch.as_tensor(rows)])  # [M, d]
+        w = observed.to(x.dtype)
+        return torch.einsum("nj,ni,nk->jik", w, x, x), w.sum(0)
 
     # ---------------------------------------------------------------- densities of (G, theta)
 
@@ -86,11 +99,12 @@ class LinearGaussian(CPDBase):
         return adj.bool().flatten(-2)
 
     def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
-        """:math:`\\log P(D | G, \\theta) = \\sum_n \\sum_j \\log \\mathcal N(x_{nj}; \\sum_i \\theta_{ij} A_{ij} x_{ni}, \\sigma^2)` ``[...]``.
+        """:math:`\\log P(D | G, \\theta) = \\sum_j \\sum_{n \\in O_j} \\log \\mathcal N(x_{nj}; \\sum_i \\theta_{ij} A_{ij} x_{ni}, \\sigma^2)` ``[...]``
+        (:math:`O_j`: the rows that do not intervene on ``j``; all rows for observational data).
 
-        From the Gram matrix :math:`C = X^\\top X` alone, with :math:`W = \\theta \\odot A`:
+        From node ``j``'s Gram matrix :math:`C = C^{(j)} = X_{O_j}^\\top X_{O_j}` alone, with :math:`W = \\theta \\odot A`:
 
-        .. math:: \\sum_n (x_{nj} - (XW)_{nj})^2 = C_{jj} - 2 \\sum_i W_{ij} C_{ij} + \\sum_i W_{ij} (C W)_{ij},
+        .. math:: \\sum_{n \\in O_j} (x_{nj} - (XW)_{nj})^2 = C_{jj} - 2 \\sum_i W_{ij} C_{ij} + \\sum_{i,k} W_{ij} C_{ik} W_{kj},
 
         so the cost is :math:`O(d^3)` per graph whatever ``N`` (float64: the three terms nearly cancel).
         ``theta [..., d * d]`` broadcasts with ``adj`` (e.g. ``[S, B, d * d]`` against ``[B, d, d]``); only its active
@@ -98,10 +112,11 @@ class LinearGaussian(CPDBase):
         the unbiased mini-batch estimate :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13).
         """
         x, scale = self._rows(rows)  # [M, d]
-        C = self.gram if rows is None else x.T @ x
-        W = self._masked(adj, theta).unflatten(-1, (self.d, self.d))  # [..., d, d]
-        rss = C.diagonal() - 2 * (W * C).sum(-2) + (W * (C @ W)).sum(-2)  # [..., d]
-        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * x.shape[0] * self.d * (LOG_2PI + math.log(self.obs_var))
+        C, counts = (self.grams, self.counts) if rows is None else self._node_grams(x, rows)  # [d (node j), d, d], [d]
+        W = self._masked(adj, theta).unflatten(-1, (self.d, self.d)).transpose(-1, -2)  # [..., j, i] = W_ij: node j's column
+        nodes = torch.arange(self.d)
+        rss = C[nodes, nodes, nodes] - 2 * (W * C[nodes, :, nodes]).sum(-1) + torch.einsum("...ji,jik,...jk->...j", W, C, W)  # [..., d]
+        ll = -0.5 * rss.sum(-1) / self.obs_var - 0.5 * float(counts.sum()) * (LOG_2PI + math.log(self.obs_var))
         return (ll * scale).to(theta.dtype)
 
     # ---------------------------------------------------------------- closed forms, theta integrated out
@@ -112,14 +127,15 @@ class LinearGaussian(CPDBase):
         if key not in self._cache:
             parents = torch.tensor([i for i in range(self.d) if code >> i & 1], dtype=torch.long)
             k = len(parents)
-            g_pp = self.gram[parents][:, parents]  # [k, k]: X_P^T X_P
-            b = self.gram[parents, node] / self.obs_var  # [k]: X_P^T x / sigma^2
+            gram = self.grams[node]  # the rows that do not intervene on the node
+            g_pp = gram[parents][:, parents]  # [k, k]: X_P^T X_P
+            b = gram[parents, node] / self.obs_var  # [k]: X_P^T x / sigma^2
             prec = torch.eye(k, dtype=torch.float64) / self.prior_var + g_pp / self.obs_var  # V^{-1}
             chol = torch.linalg.cholesky(prec)
             mean = torch.cholesky_solve(b[:, None], chol)[:, 0]
             log_det_v = -2.0 * float(chol.diagonal().log().sum())
-            xx = float(self.gram[node, node])
-            log_marginal = -0.5 * (self.n * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
+            xx = float(gram[node, node])
+            log_marginal = -0.5 * (float(self.counts[node]) * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
             entropy = 0.5 * (k * (LOG_2PI + 1.0) + log_det_v)
             gap = 0.5 * (float(prec.diagonal().log().sum()) + log_det_v)
             self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy, gap)

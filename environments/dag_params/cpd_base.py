@@ -72,7 +72,7 @@ class CPDBase(abc.ABC):
         self.interventions = None
         if interventions is not None:
             if not self.interventional:
-                raise ValueError(f"{name}: this model takes no interventions (perfect interventions are implemented for the MLP models: mlp, categorical-mlp, zi-mlp)")
+                raise ValueError(f"{name}: this model takes no interventions (its class sets interventional = False)")
             interventions = torch.as_tensor(interventions)
             if interventions.shape != data.shape or not ((interventions == 0) | (interventions == 1)).all():
                 raise ValueError(f"{name}: interventions must be a [N, d] = {list(data.shape)} mask of 0/1; got shape {list(interventions.shape)}")

@@ -46,6 +46,7 @@ MODELS = {
     "mlp": lambda: MLPGaussian(_continuous(), obs_var=0.09, prior_var=2.0, hidden=3),
     "categorical-mlp": lambda: CategoricalMLP(_categorical(), prior_var=2.0, hidden=4),
     "zi-mlp": lambda: ZeroInflatedMLP(torch.where(_continuous() > 0.5, 0.0, _continuous()), prior_var=2.0, hidden=3),
+    "lingauss-interventions": lambda: LinearGaussian(_continuous(), obs_var=0.09, prior_var=2.0, interventions=_categorical(k=2, seed=5).bool()),
     "categorical-interventions": lambda: CategoricalMLP(_categorical(), prior_var=2.0, hidden=4, interventions=_categorical(k=2, seed=5).bool()),
     "doc-example": lambda: _doc_example()(_continuous(), obs_var=0.09, prior_var=2.0),
 }
@@ -99,14 +100,14 @@ def _by_hand(name, model, theta) -> float:
     d, x, total = model.d, model.data, 0.0
     for j in range(d):
         parents = ADJ[:, j]
-        if name == "lingauss":
+        if name.startswith("lingauss"):
             w = torch.tensor([float(theta[i * d + j]) if parents[i] else 0.0 for i in range(d)], dtype=torch.float64)
         else:
             blk = theta[j * model.block:(j + 1) * model.block]
         for n in range(model.n):
             if getattr(model, "interventions", None) is not None and model.interventions[n, j]:
                 continue  # a perfect intervention on node j drops its term from row n
-            if name == "lingauss":
+            if name.startswith("lingauss"):
                 total += _log_normal(float(x[n, j]), float(w @ x[n]), model.obs_var)
             elif name == "doc-example":
                 total += _log_normal(float(x[n, j]), float((blk[:d] * parents) @ x[n] + blk[d]), model.obs_var)

@@ -25,7 +25,7 @@ def test_sachs_run_writes_the_contract_and_the_edge_figure(tmp_path):
 
 
 @pytest.mark.parametrize("setting, message", [
-    ("data=sachs model=lingauss-diag", "takes no interventions"),
+    ("data=sachs model=lingauss-diag", "use model=categorical-mlp"),
     ("data=sachs model=categorical-mlp sachs_heldout=foo", "unknown condition 'foo'"),
     ("data=sachs model=categorical-mlp sachs_heldout=1,2,3,4,5,6,7,8,9", "at most 8"),
     ("data=sachs model=categorical-mlp subsample=9999", "subsample=9999 exceeds"),

@@ -14,5 +14,6 @@ def test_two_replicas_write_one_run_folder(tmp_path):
     assert config["world_size"] == 2 and config["torch_threads"] == 1
     rows = [json.loads(r) for r in (out / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [10, 20]  # rank 0 alone writes the history: no row twice
-    assert rows[-1]["trajectories"] == 20 * 32 * 2  # both replicas' batches (quick preset: 32 per replica)
-    assert json.loads((out / "metrics.json").read_text())["trajectories"] == 20 * 32 * 2
+    both = 20 * config["settings"]["batch_size"] * 2  # both replicas' batches: batch_size is per replica
+    assert rows[-1]["trajectories"] == both
+    assert json.loads((out / "metrics.json").read_text())["trajectories"] == both

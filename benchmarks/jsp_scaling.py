@@ -7,7 +7,7 @@ One update is built as ``experiments/jsp_gfn.py`` builds it: ``DagParamsConfig(d
 ``make_problem``, ``make_graph``, ``make_policies``; a replay buffer of edge transitions filled by
 ``Walkers(graph, 8)`` (uniform moves until it holds 2 B transitions); then, per update, one ``walkers.step(pf, 0.1)``
 into the replay, B replayed transitions, ``UNDIRECTED_SUBTB`` with S fresh theta samples at both ends (delta 1, no
-penalty), its backward pass and an Adam step (``make_optimizer``; no EMA, no clipping, no evaluation).
+penalty unless the spec asks), its backward pass and an Adam step (``make_optimizer``; no EMA, no clipping, no evaluation).
 
 Two tables:
 
@@ -87,7 +87,8 @@ def _categorical_csv(d: int, n: int, seed: int, folder: Path) -> Path:
 
 def measure(spec: dict) -> dict:
     """Time and memory of JSP-GFN updates for one configuration ``spec`` (d, model, n_data, batch, theta_samples,
-    batch_size_data, updates, warmup, threads, seed)."""
+    batch_size_data, updates, warmup, threads, seed; optional ``penalty``: the length-2 penalty of eq. C.21, default off
+    as in a run)."""
     import tempfile
 
     import torch
@@ -140,7 +141,7 @@ def measure(spec: dict) -> dict:
         collect(0.1)
         adj, adj_next = replay.sample(B)
         s, s_next = join(adj.view(-1, d, d), P), join(adj_next.view(-1, d, d), P)
-        loss = UNDIRECTED_SUBTB(gfn, Transitions(s, s_next, log_reward(), model.n), theta_samples=S, delta=1.0, penalty=False)
+        loss = UNDIRECTED_SUBTB(gfn, Transitions(s, s_next, log_reward(), model.n), theta_samples=S, delta=1.0, penalty=spec.get("penalty", False))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -243,6 +244,15 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(out: Path, result: dict, table: str) -> None:
+    """``result`` as JSON at ``out`` and ``table`` beside it (suffix ``.md``); the table printed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table)
+    print("\n" + table)
+    print(f"written: {out} and {out.with_suffix('.md')}")
+
+
 def _load(v) -> str:
     return ", ".join(f"{x:.2f}" for x in v)
 
@@ -316,12 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
                  for m in _names(a.mb_models) for M in (0, a.mb_batch_size_data)]
     meta["load_end"], meta["wall_s"] = list(os.getloadavg()), time.perf_counter() - t0
     result = {"meta": meta, "scaling": scaling, "minibatch": minibatch}
-    table = markdown(result)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=1) + "\n")
-    a.out.with_suffix(".md").write_text(table)
-    print("\n" + table)
-    print(f"written: {a.out} and {a.out.with_suffix('.md')}")
+    write_results(a.out, result, markdown(result))
     return result
 
 

@@ -271,7 +271,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         else:
             n_fit = min(cfg["fit_samples"], len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
-            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0))
+            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0), progress=True)
             metrics |= fit
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": P}

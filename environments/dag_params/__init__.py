@@ -20,7 +20,7 @@ from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.options import check_options, option, settings_of
 
-from .bayesnet import GRAPH_PRIORS, load_csv, simulate_er
+from .bayesnet import GRAPH_PRIORS, simulate_er
 from .cpds import CPDModel, make_model, simulate_mlp, simulate_zi
 from .interventions import load_data
 from .sachs import consensus_graph, discretise, sachs_split

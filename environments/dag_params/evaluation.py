@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from sklearn.linear_model import RANSACRegressor
 from torch import Tensor
+from tqdm import tqdm
 
 from .dags import FEATURES, dag_codes, weighted_features
 from .bayesnet import LinearGaussian
@@ -68,7 +69,7 @@ def _order_log_probs(policy: JSPPolicy, edges: Tensor, orders: Tensor, d: int) -
 
 
 @torch.no_grad()
-def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None) -> Tensor:
+def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None, progress: bool = False) -> Tensor:
     """:math:`\\log P_T(G)` ``[B]`` float64 of the graphs ``adj [B, d, d]`` by the estimator of Deleu et al. 2023, D.3.2
     (docs/references.md, 'Beam-search estimate of log P_T (D.3.2)'), for spaces too large for :func:`model_graph_log_marginals`:
 
@@ -80,12 +81,16 @@ def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128,
     prefixes kept at each length); :math:`\\tau_m`: ``n_orders`` orders drawn from the uniform :math:`P_B`, i.e.
     uniformly random permutations of E, :math:`P_B(\\tau) = 1 / |E|!`. The second term is unbiased for the orders
     outside the beam, so the sum is unbiased (its log is not); it is exact when :math:`|E|! \\le` ``beam``.
+
+    The cost grows with the edge count :math:`k`: about :math:`k` policy calls on ``beam`` graphs and :math:`k` on up to
+    ``n_orders`` graphs per distinct graph (minutes for a few hundred dense graphs at d = 20); ``progress`` shows a
+    tqdm bar over the distinct graphs.
     """
     d = adj.shape[-1]
     graphs, inverse = torch.unique(adj.bool().flatten(1), dim=0, return_inverse=True)  # samples repeat graphs: estimate each once
     _, _, log_stop = policy.heads(graphs.reshape(-1, d, d))
     out = torch.empty(len(graphs), dtype=torch.float64)
-    for g, flat in enumerate(graphs):
+    for g, flat in enumerate(tqdm(graphs, desc="log P_T (beam search)", mininterval=2.0, dynamic_ncols=True, disable=not progress)):
         edges = flat.nonzero()[:, 0]  # [k]
         k = len(edges)
         paths, log_p = torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.float64)
@@ -226,15 +231,16 @@ def sample_metrics(problem, graphs: Tensor, thetas: Tensor) -> dict:
 
 
 @torch.no_grad()
-def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None) -> tuple[dict, dict]:
+def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False) -> tuple[dict, dict]:
     """:math:`\\log P_T(G_k, \\theta_k) = \\log \\hat P_T(G_k) + \\log P_\\phi(\\theta_k | G_k)` against :math:`\\log R(G_k, \\theta_k)`
     on samples, with :math:`\\hat P_T(G)` the beam-search + importance-sampling estimate (:func:`estimate_graph_log_marginal`):
     Deleu et al. 2023, Fig. 3c. A perfect sampler has :math:`\\log P_T = \\log R - \\log Z`: slope 1.
 
     Returns ``({log_pt_vs_log_r_slope, _slope_robust (RANSAC), _r, fit_samples}, arrays)`` with ``log_pt``, ``log_r`` and
-    ``n_edges`` per sample (the figure colours points by edge count).
+    ``n_edges`` per sample (the figure colours points by edge count). ``progress``: a bar over the graphs (the estimate
+    is the slow part of a run's final evaluation at d = 20).
     """
-    log_pt_graph = estimate_graph_log_marginal(policy, graphs, generator=generator)
+    log_pt_graph = estimate_graph_log_marginal(policy, graphs, generator=generator, progress=progress)
     net_out = policy.network(graphs.to(policy.network_dtype))
     log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).numpy()
     log_r = model.log_reward(graphs, thetas.double()).double().numpy()

@@ -29,7 +29,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from baselines import structure as structure_baselines
 from environments import dag_params as env
 from environments.dag_params.bayesnet import LinearGaussian
-from environments.dag_params.evaluation import fit_metrics, graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics, sample_metrics
+from environments.dag_params.evaluation import conditional_theta_metrics, fit_metrics, graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics, sample_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
 from environments.dag_params.metrics import feature_metrics
@@ -273,6 +273,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             metrics = sample_metrics(problem, graphs, thetas)
             fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0), progress=True)
             metrics |= fit
+            if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
+                metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, torch.Generator().manual_seed(0))
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": P}
     if exact is not None:

@@ -26,7 +26,7 @@ from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .policy import JSPPolicy
 
-__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "fit_metrics"]
+__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "conditional_theta_metrics", "fit_metrics"]
 
 
 @torch.no_grad()
@@ -227,6 +227,26 @@ def sample_metrics(problem, graphs: Tensor, thetas: Tensor) -> dict:
     if problem.true_adj is not None:
         out["expected_shd"] = expected_shd(graphs, problem.true_adj)
         out["auroc"] = auroc(sample_features(graphs)["edge"], problem.true_adj)
+    return out
+
+
+@torch.no_grad()
+def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, graphs: Tensor, true_adj: Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+    """Where the held-out error of linear-Gaussian samples ``graphs [K, d, d]`` lies when the joint posterior cannot be
+    enumerated (d > 5): their graphs scored with parameters from the exact conditional posterior
+    :math:`\\theta^*_k \\sim P(\\theta | G_k, D)` (Deleu et al. 2023, eq. D.24; :meth:`LinearGaussian.sample_theta_posterior`)
+    in place of the sampler's :math:`\\theta_k`:
+
+    - ``heldout_nll_exact_theta``, ``heldout_nll_bma_exact_theta``: :func:`heldout_metrics` of :math:`(G_k, \\theta^*_k)`,
+      the fit the sampled graphs would have under a perfect parameter head; the gap to ``heldout_nll`` is the head's share;
+    - ``graph_log_joint``: :math:`\\frac1K \\sum_k \\log P(G_k) P(D | G_k)` (the graph marginal up to :math:`\\log Z`), and
+      ``graph_log_joint_true``, the same for ``true_adj`` where it is known.
+    """
+    thetas = model.sample_theta_posterior(graphs.bool(), generator)
+    out = {f"{k}_exact_theta": v for k, v in heldout_metrics(heldout, graphs, thetas).items()}
+    out["graph_log_joint"] = float(model.log_joint_graph(graphs.bool()).mean())
+    if true_adj is not None:
+        out["graph_log_joint_true"] = float(model.log_joint_graph(true_adj.bool()[None])[0])
     return out
 
 

@@ -103,9 +103,12 @@ class DagKernel(Kernel):
         else:  # only the edges of G' can be removed: slot k removes its k-th edge (row-major), the rest padding
             edges = torch.argsort((~flat).to(torch.int8), dim=1, stable=True)[:, : max(1, d * (d - 1) // 2)]
             edge_mask = flat.gather(1, edges) & inter[:, None]
-        toggled = flat[:, None, :].expand(B, edges.shape[1], d * d).clone()
-        toggled.scatter_(2, edges[:, :, None], ~toggled.gather(2, edges[:, :, None]))  # G with edge e flipped
-        edge_x = join(toggled.reshape(-1, d, d), self.n_params, dtype=s.dtype).reshape(B, edges.shape[1], s.shape[1])
+        # the states (G with edge e flipped, theta = 0, not stopped), written in place: the [B, E, D] block is the cost
+        # of a kernel call at d = 20 (docs/results.md, 'Why d = 20 misses')
+        edge_x = torch.zeros(B, edges.shape[1], s.shape[1], dtype=s.dtype, device=s.device)
+        adj_x = edge_x[:, :, : d * d]
+        adj_x.copy_(flat[:, None, :].expand(B, edges.shape[1], d * d))
+        adj_x.scatter_(2, edges[:, :, None], 1.0 - adj_x.gather(2, edges[:, :, None]))
         if self.forward:
             x = torch.cat([edge_x, s[:, None]], 1)
             mask = torch.cat([edge_mask, stopped[:, None]], 1)

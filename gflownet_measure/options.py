@@ -23,7 +23,8 @@ class Setting:
 
     ``path``: the value names a file; a non-empty one is made absolute when parsed, so that the resolved settings
     (a run's ``config.json``) name the same file from any working directory, except the names in ``keywords`` (a
-    shipped data set such as ``sachs``), kept as they are. ``aliases``: former names of the key,
+    shipped data set such as ``sachs``; a keyword ending in ``:`` is a prefix, as ``pgmpy:`` of ``pgmpy:sachs``),
+    kept as they are. ``aliases``: former names of the key,
     still accepted (with a deprecation warning) by the command line.
     """
 
@@ -59,7 +60,7 @@ class Setting:
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         self.check(key, value)
-        if self.path and value and value not in self.keywords:
+        if self.path and value and value not in self.keywords and not value.startswith(tuple(k for k in self.keywords if k.endswith(":"))):
             value = os.path.abspath(os.path.expanduser(value))
         return value
 

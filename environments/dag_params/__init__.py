@@ -25,6 +25,7 @@ from .cpds import CPDModel, make_model, simulate_mlp, simulate_zi
 from .interventions import load_data
 from .sachs import consensus_graph, discretise, sachs_split
 from .network import JSPNetwork
+from .pgmpy_data import PREFIX as PGMPY, simulate_pgmpy
 from .policy import JSPPolicy
 from .space import make_space
 
@@ -42,7 +43,7 @@ class DagParamsConfig:
     """The data (simulated Erdos-Renyi, or a user's CSV), the CPD model and the policy network of JSP-GFN."""
 
     d: int = option(3, "number of variables of simulated data (a CSV sets its own); beyond 5 nu is not enumerated and the exact posterior is unavailable", low=2, high=MAX_NODES)
-    data: str = option("", "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); empty: simulated Erdos-Renyi data", path=True, keywords=("sachs",))
+    data: str = option("", "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); pgmpy:NAME: n_data + n_valid rows simulated from pgmpy's discrete network NAME, e.g. pgmpy:sachs, its graph known (the extra pgmpy); empty: simulated Erdos-Renyi data", path=True, keywords=("sachs", "pgmpy:"))
     interventions: str = option("", "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (every CPD model)", path=True)
     bins: int = option(0, "discretise every variable into this many quantile bins of the training rows (0: the data as they are; data=sachs: 0 means 3, tertiles)", low=0)
     subsample: int = option(0, "train on this many random training rows (0: all; JSP-GFN Fig. 4a uses 100 of the Sachs rows)", low=0)
@@ -83,7 +84,8 @@ class Problem:
 
 def make_problem(config: DagParamsConfig) -> Problem:
     """Simulated ER data (``data`` empty; linear, MLP or zero-inflated CPDs as the model), the shipped Sachs data
-    (``data=sachs``: the held-out conditions of ``sachs_heldout``, tertiles, interventions) or the user's CSV (with its
+    (``data=sachs``: the held-out conditions of ``sachs_heldout``, tertiles, interventions), categorical rows simulated
+    from a pgmpy network (``data=pgmpy:NAME``, :mod:`.pgmpy_data`) or the user's CSV (with its
     interventions), and the CPD model on it; ``ValueError`` for data that cannot be read or modelled (the message names
     the file and the problem)."""
     cpd, _ = MODELS[config.model]
@@ -93,6 +95,13 @@ def make_problem(config: DagParamsConfig) -> Problem:
             raise ValueError(f"data=sachs is discretised into {config.bins or 3} states per protein (categorical); model={config.model} is continuous: use model=categorical-mlp")
         split = sachs_split(config.sachs_heldout, config.sachs_rows, config.bins or 3, config.data_seed)
         data, mask, valid, valid_mask, true_adj, names = split.train, split.train_interventions, split.heldout, split.heldout_interventions, consensus_graph(), split.names
+    elif config.data.startswith(PGMPY):
+        if cpd != "categorical-mlp":
+            raise ValueError(f"data={config.data} simulates categorical states; model={config.model} is continuous: use model=categorical-mlp")
+        sim = simulate_pgmpy(config.data[len(PGMPY):], config.n_data, config.n_valid, config.data_seed)
+        if len(sim.names) > MAX_NODES:
+            raise ValueError(f"data={config.data} has {len(sim.names)} variables; the DAG space takes at most {MAX_NODES}")
+        data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, sim.names
     elif config.data:
         data, names, mask = load_data(config.data, config.interventions)
         if data.shape[1] > MAX_NODES:

@@ -273,6 +273,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             metrics = sample_metrics(problem, graphs, thetas)
             fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0), progress=True)
             metrics |= fit
+            if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
+                metrics["heldout_nll_truth"] = problem.heldout_nll_truth
             if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
                 metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, torch.Generator().manual_seed(0))
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights

@@ -80,6 +80,8 @@ class Problem:
     heldout: CPDModel | None
     true_adj: Tensor | None
     names: tuple[str, ...] = ()
+    heldout_nll_truth: float | None = None
+    """The held-out NLL of the model that generated the data, where it is known (``data=pgmpy:NAME``)."""
 
 
 def make_problem(config: DagParamsConfig) -> Problem:
@@ -89,7 +91,7 @@ def make_problem(config: DagParamsConfig) -> Problem:
     interventions), and the CPD model on it; ``ValueError`` for data that cannot be read or modelled (the message names
     the file and the problem)."""
     cpd, _ = MODELS[config.model]
-    valid = valid_mask = true_adj = mask = None
+    valid = valid_mask = true_adj = mask = truth = None
     if config.data == "sachs":
         if cpd != "categorical-mlp":
             raise ValueError(f"data=sachs is discretised into {config.bins or 3} states per protein (categorical); model={config.model} is continuous: use model=categorical-mlp")
@@ -102,6 +104,7 @@ def make_problem(config: DagParamsConfig) -> Problem:
         if len(sim.names) > MAX_NODES:
             raise ValueError(f"data={config.data} has {len(sim.names)} variables; the DAG space takes at most {MAX_NODES}")
         data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, sim.names
+        truth = sim.valid_nll if config.n_valid else None
     elif config.data:
         data, names, mask = load_data(config.data, config.interventions)
         if data.shape[1] > MAX_NODES:
@@ -125,7 +128,7 @@ def make_problem(config: DagParamsConfig) -> Problem:
     def model_on(rows: Tensor, interventions: Tensor | None) -> CPDModel:
         return make_model(cpd, rows, obs_var=config.obs_var, prior_var=config.prior_var, graph_prior=config.graph_prior, edges_per_node=config.edges_per_node, interventions=interventions)
 
-    return Problem(model_on(data, mask), None if valid is None else model_on(valid, valid_mask), true_adj, tuple(names))
+    return Problem(model_on(data, mask), None if valid is None else model_on(valid, valid_mask), true_adj, tuple(names), truth)
 
 
 def make_graph(config: DagParamsConfig, problem: Problem | None = None) -> PointedGraph:

@@ -27,13 +27,16 @@ PREFIX = "pgmpy:"
 @dataclass(frozen=True)
 class DiscreteNetworkData:
     """Rows simulated from a known discrete network: ``train [N, d]`` and ``valid [N', d]`` int64 state codes, the true
-    ``adj [d, d]`` bool (``adj[i, j]``: i -> j), the variable ``names`` and each variable's ``states``."""
+    ``adj [d, d]`` bool (``adj[i, j]``: i -> j), the variable ``names``, each variable's ``states``, and
+    ``valid_nll``: :math:`-\\sum_{rows} \\sum_j \\log P(x_j | x_{Pa(j)})` of the held-out rows under the network itself,
+    the held-out NLL that a sampler's ``heldout_nll`` approaches from above."""
 
     train: Tensor
     valid: Tensor
     adj: Tensor
     names: tuple[str, ...]
     states: tuple[tuple[str, ...], ...]
+    valid_nll: float
 
 
 def _bundled(name: str) -> str:
@@ -65,4 +68,10 @@ def simulate_pgmpy(name: str, n_train: int, n_valid: int, seed: int = 0) -> Disc
     for u, v in model.edges():
         adj[index[u], index[v]] = True
     data = torch.from_numpy(codes.astype(np.int64))
-    return DiscreteNetworkData(data[:n_train], data[n_train:], adj, names, states)
+    valid_nll = -sum(float(np.log(_table(model, v)[tuple(codes[n_train:, index[u]] for u in model.get_cpds(v).variables)]).sum()) for v in names)
+    return DiscreteNetworkData(data[:n_train], data[n_train:], adj, names, states, valid_nll)
+
+
+def _table(model, v: str) -> np.ndarray:
+    """``P(v | parents)`` of ``model`` as an array indexed by the codes of ``cpd.variables`` (``v`` first)."""
+    return np.asarray(model.get_cpds(v).values, dtype=np.float64)

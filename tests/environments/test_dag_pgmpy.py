@@ -61,6 +61,20 @@ def test_sachs_network_rows_follow_its_root_distribution():
         assert list(cpd.state_names[v]) == list(sim.states[j])
 
 
+def test_the_networks_own_heldout_nll_against_pgmpy():
+    """``valid_nll`` is -sum of log P(row) over the held-out rows; pgmpy's get_state_probability gives P(row) for a
+    full assignment by its own route (the product of its CPD entries looked up by state name)."""
+    pytest.importorskip("pgmpy")
+    from environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
+    from pgmpy.readwrite import BIFReader
+
+    sim = simulate_pgmpy("sachs", 50, 30, seed=1)
+    network = BIFReader(string=_bundled("sachs")).get_model()
+    rows = sim.valid.tolist()
+    direct = -sum(np.log(network.get_state_probability({v: sim.states[j][r[j]] for j, v in enumerate(sim.names)})) for r in rows)
+    assert sim.valid_nll == pytest.approx(direct, rel=1e-10)
+
+
 def test_unknown_network_lists_the_valid_names():
     pytest.importorskip("pgmpy")
     with pytest.raises(ValueError, match="ships no network 'nope'; valid: .*sachs"):
@@ -74,5 +88,5 @@ def test_jsp_gfn_runs_on_pgmpy_sachs(tmp_path):
     args = ["data=pgmpy:sachs", "model=categorical-mlp", "n_data=40", "n_valid=20", "steps=2", "eval_every=2", "prefill=4", "batch_size=4", "theta_samples=2", "hidden=8", "posterior_samples=6", "fit_samples=2", "eval_samples=2", "num_envs=2"]
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *args]) == 0
     m = json.loads((out / "metrics.json").read_text())
-    assert m["d"] == 11 and m["n_params"] == 6545
+    assert m["d"] == 11 and m["n_params"] == 6545 and m["heldout_nll_truth"] > 0
     assert np.isfinite(m["heldout_nll"]) and 0 <= m["auroc"] <= 1 and m["expected_shd"] >= 0

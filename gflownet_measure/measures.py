@@ -18,13 +18,16 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .gaussian import LOG_2PI
+
+if TYPE_CHECKING:  # for the annotation only: transforms imports this module
+    from .transforms import Chart
 
 __all__ = ["HERMITE_MAX", "Box", "Atoms", "Piece", "SupportPoint", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
 
@@ -217,7 +220,7 @@ class Piece:
     ``context [B, D]`` is the state each chart is anchored at (the current state for a kernel).
     """
 
-    chart: "Chart"  # noqa: F821 (gflownet_measure.transforms.Chart)
+    chart: Chart
     context: Tensor
     mask: Tensor
 

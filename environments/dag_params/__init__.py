@@ -101,14 +101,10 @@ def make_problem(config: DagParamsConfig) -> Problem:
         if cpd != "categorical-mlp":
             raise ValueError(f"data={config.data} simulates categorical states; model={config.model} is continuous: use model=categorical-mlp")
         sim = simulate_pgmpy(config.data[len(PGMPY):], config.n_data, config.n_valid, config.data_seed)
-        if len(sim.names) > MAX_NODES:
-            raise ValueError(f"data={config.data} has {len(sim.names)} variables; the DAG space takes at most {MAX_NODES}")
         data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, sim.names
         truth = sim.valid_nll if config.n_valid else None
     elif config.data:
         data, names, mask = load_data(config.data, config.interventions)
-        if data.shape[1] > MAX_NODES:
-            raise ValueError(f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns")
         if config.bins:
             data = torch.from_numpy(discretise(data.numpy(), n_states=config.bins, names=names)[0])
     elif config.interventions:
@@ -119,6 +115,8 @@ def make_problem(config: DagParamsConfig) -> Problem:
         simulate = {"mlp": simulate_mlp, "zi-mlp": simulate_zi}.get(cpd, simulate_er)
         sim = simulate(config.d, config.edges_per_node, config.n_data, config.n_valid, seed=config.data_seed, obs_std=config.obs_var**0.5)
         data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, tuple(sim.names)
+    if data.shape[1] > MAX_NODES:  # a CSV's columns or a pgmpy network's variables (simulated data are bounded by d)
+        raise ValueError(f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns")
     if config.subsample:
         if config.subsample > data.shape[0]:
             raise ValueError(f"subsample={config.subsample} exceeds the {data.shape[0]} training rows; lower it, or 0 for all")

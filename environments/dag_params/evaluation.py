@@ -242,9 +242,10 @@ def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, gr
     - ``graph_log_joint``: :math:`\\frac1K \\sum_k \\log P(G_k) P(D | G_k)` (the graph marginal up to :math:`\\log Z`), and
       ``graph_log_joint_true``, the same for ``true_adj`` where it is known.
     """
-    thetas = model.sample_theta_posterior(graphs.bool(), generator)
+    graphs = graphs.bool()
+    thetas = model.sample_theta_posterior(graphs, generator)
     out = {f"{k}_exact_theta": v for k, v in heldout_metrics(heldout, graphs, thetas).items()}
-    out["graph_log_joint"] = float(model.log_joint_graph(graphs.bool()).mean())
+    out["graph_log_joint"] = float(model.log_joint_graph(graphs).mean())
     if true_adj is not None:
         out["graph_log_joint_true"] = float(model.log_joint_graph(true_adj.bool()[None])[0])
     return out

@@ -51,7 +51,8 @@ def _bundled(name: str) -> str:
 
 def simulate_pgmpy(name: str, n_train: int, n_valid: int, seed: int = 0) -> DiscreteNetworkData:
     """``n_train + n_valid`` rows forward-sampled (seeded) from pgmpy's network ``name``, split into training and
-    held-out rows; ``ValueError`` (one line) for a missing pgmpy, an unknown name or a network that is not discrete."""
+    held-out rows; ``ValueError`` (one line) for a missing pgmpy, an unknown name or a simulated state outside its
+    variable's state list."""
     try:
         from pgmpy.readwrite import BIFReader
     except ModuleNotFoundError:
@@ -67,11 +68,11 @@ def simulate_pgmpy(name: str, n_train: int, n_valid: int, seed: int = 0) -> Disc
     adj = torch.zeros(len(names), len(names), dtype=torch.bool)
     for u, v in model.edges():
         adj[index[u], index[v]] = True
-    data = torch.from_numpy(codes.astype(np.int64))
-    valid_nll = -sum(float(np.log(_table(model, v)[tuple(codes[n_train:, index[u]] for u in model.get_cpds(v).variables)]).sum()) for v in names)
+    codes = codes.astype(np.int64)
+    valid_nll = 0.0
+    for v in names:
+        cpd = model.get_cpds(v)
+        table = np.asarray(cpd.values, dtype=np.float64)  # P(v | parents), indexed by the codes of cpd.variables (v first)
+        valid_nll -= float(np.log(table[tuple(codes[n_train:, index[u]] for u in cpd.variables)]).sum())
+    data = torch.from_numpy(codes)
     return DiscreteNetworkData(data[:n_train], data[n_train:], adj, names, states, valid_nll)
-
-
-def _table(model, v: str) -> np.ndarray:
-    """``P(v | parents)`` of ``model`` as an array indexed by the codes of ``cpd.variables`` (``v`` first)."""
-    return np.asarray(model.get_cpds(v).values, dtype=np.float64)

@@ -10,6 +10,7 @@ from the coarse rule (:mod:`.integration`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import Tensor
@@ -148,16 +149,20 @@ def policy_nodes(measure: Measure, density: KernelDensity, n: int) -> WeightedPo
 
 
 def _integral(policy: Policy, s: Tensor, inner: WeightedPoints) -> tuple[Tensor, Tensor, Tensor]:
-    """:math:`\\int p(s, x)\\, \\kappa(s, dx)` ``[B]``, its Monte Carlo variance ``[B]``, and the policy's log-densities (their dtype sets the round-off)."""
+    """:math:`\\int p(s, x)\\, \\kappa(s, dx)` ``[B]``, its Monte Carlo variance ``[B]``, and the policy's log-densities (their dtype sets the round-off).
+
+    The log-density joins the nodes' log-weights before anything is exponentiated: on thousands of coordinates (the
+    parameters of a DAG's CPDs) the importance weight and the density are each beyond float64, their product is near 1.
+    """
     M = inner.x.shape[1]
     rows = torch.arange(len(s)).repeat_interleave(M)
     flat_mask = inner.mask.reshape(-1)
-    dens = torch.zeros(len(s) * M, dtype=torch.float64)
+    log_dens = torch.zeros(len(s) * M, dtype=torch.float64)
     origin, x, sink = s[rows[flat_mask]], inner.x.reshape(len(s) * M, -1)[flat_mask].to(s.dtype), inner.sink.reshape(-1)[flat_mask]
     chunk = max(1, STATE_BUDGET // max(1, policy.kernel(s[:1]).atoms.count * s.shape[1]))  # the kernel's atoms at a chunk of nodes
     log_p = torch.cat([policy(origin[i : i + chunk]).log_prob(x[i : i + chunk], sink[i : i + chunk]) for i in range(0, len(origin), chunk)]) if len(origin) else x.new_zeros(0)
-    dens[flat_mask] = log_p.double().exp()
-    est, var = integrate(inner, dens.reshape(len(s), M))
+    log_dens[flat_mask] = log_p.double()
+    est, var = integrate(replace(inner, log_w=inner.log_w + log_dens.reshape(len(s), M)), torch.ones(len(s), M, dtype=torch.float64))
     return est, var, log_p
 
 

@@ -16,6 +16,7 @@ variance (the sample variance of the ``M`` i.i.d. terms, inner noise included) e
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -59,17 +60,23 @@ def test_functions(graph: PointedGraph, k: int, gen: torch.Generator) -> TestFun
     return TestFunctions(a, b, c, d)
 
 
-def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink: Tensor) -> Tensor:
-    """All test functions at the pairs ``(s, x)`` (``[N, M, D]`` each, ``sink [N, M]``): ``[K, N, M]``. The states are encoded once, in the graph's dtype."""
+def _log_envelope(graph: PointedGraph, fs: TestFunctions, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Features :math:`e(y)` ``[N, M, F]`` (float64) and the log-envelope :math:`\\log g(y) = -\\|e(y)\\|^2/2` ``[N, M]``
+    of states ``y [N, M, D]``, encoded once in the graph's dtype."""
+    e = graph.encode(y.flatten(0, 1).to(graph.source.dtype)).double().reshape(*y.shape[:2], fs.a.shape[1])
+    return e, -e.square().sum(-1) / 2
 
-    def enc(y: Tensor) -> tuple[Tensor, Tensor]:
-        e = graph.encode(y.flatten(0, 1).to(graph.source.dtype)).double().reshape(*y.shape[:2], fs.a.shape[1])
-        return e, torch.exp(-e.square().sum(-1) / 2)
 
-    (es, gs), (ex, gx) = enc(s), enc(x)
+def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink: Tensor) -> tuple[Tensor, Tensor]:
+    """All test functions at the pairs ``(s, x)`` (``[N, M, D]`` each, ``sink [N, M]``) as ``(v [K, N, M], log_g [N, M])``
+    with :math:`f = v\\, e^{\\log g}`: the oscillating factor and the log of the envelope :math:`g(s) g(s')` (:math:`g(s)`
+    into the sink). The envelope stays in log space so that callers fold it into log-weights: on :math:`\\Theta_G` with
+    thousands of parameters the envelope and an importance weight are each beyond float64 (:math:`e^{\\mp 3000}`), their
+    product is not."""
+    (es, log_gs), (ex, log_gx) = _log_envelope(graph, fs, s), _log_envelope(graph, fs, x)
     ps, px = es @ fs.a.T, ex @ fs.b.T  # [N, M, K]
-    v = torch.where(sink[..., None], torch.cos(ps + fs.d) * gs[..., None], torch.cos(ps + px + fs.c) * (gs * gx)[..., None])
-    return v.permute(2, 0, 1)
+    v = torch.where(sink[..., None], torch.cos(ps + fs.d), torch.cos(ps + px + fs.c))
+    return v.permute(2, 0, 1), torch.where(sink, log_gs, log_gs + log_gx)
 
 
 class Side(NamedTuple):
@@ -108,8 +115,12 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
     idx = keep.nonzero()[:, 0][order]
     zero = (~keep & ~outer.exact).nonzero()[:, 0]
     rows = torch.cat([idx, zero])
-    sub = WeightedPoints(outer.x[:, rows], outer.sink[:, rows], outer.log_w[:, rows], outer.mask[:, rows], outer.component[rows], outer.n_atoms)
-    s, w_out = outer.x[0][idx], outer.log_w[0][idx].exp()
+    s = outer.x[0][idx]
+    # the outer state's envelope g(s) joins its weight, the inner one g(s') (or nothing, into the sink) the inner weights
+    log_go = _log_envelope(graph, fs, s[None])[1][0] if len(s) else s.new_zeros(0, dtype=torch.float64)
+    shift = torch.cat([log_go, torch.zeros(len(zero), dtype=torch.float64)])
+    sub = WeightedPoints(outer.x[:, rows], outer.sink[:, rows], outer.log_w[:, rows] + shift, outer.mask[:, rows], outer.component[rows], outer.n_atoms)
+    w_out = (outer.log_w[0][idx] + log_go).exp()
     K, width = fs.a.shape[0], max(s.shape[1], fs.a.shape[0])
     first = kernel(s[:1])
     C = first.n_components
@@ -124,11 +135,12 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         outer_s = s[i : i + chunk, None].expand_as(inner.x)
         x = torch.where(inner.mask[..., None], inner.x, outer_s)  # absent atoms may hold invalid states
         if swap:
-            v = evaluate(graph, fs, x, outer_s, torch.zeros_like(inner.sink))
+            v, log_g = evaluate(graph, fs, x, outer_s, torch.zeros_like(inner.sink))
             kind = torch.where(graph.is_source(x), 0, 1)
         else:
-            v = evaluate(graph, fs, outer_s, x, inner.sink)
+            v, log_g = evaluate(graph, fs, outer_s, x, inner.sink)
             kind = torch.where(inner.sink, 2, torch.where(graph.is_source(outer_s), 0, 1))
+        inner = replace(inner, log_w=inner.log_w + log_g - log_go[i : i + len(x), None])
         w = torch.where(inner.mask, inner.log_w.exp(), torch.zeros_like(inner.log_w))
         terms = w * v  # [K, N, M]; masked nodes have weight 0
         per_state = [integrate(inner, vk) for vk in v]
@@ -167,7 +179,8 @@ def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int) ->
     terminal = nodes(graph.terminal, rule, draws)
     lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule)
     rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule)
-    t_sink = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M]
+    t_sink, log_g = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M], [1, M]
+    terminal = replace(terminal, log_w=terminal.log_w + log_g)
     sink_terms = [(*integrate(terminal, t), integrate(terminal, t.abs())[0]) for t in t_sink]
     return _Integrals(lhs, rhs, tuple(torch.cat(col) for col in zip(*sink_terms)))
 

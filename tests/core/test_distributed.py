@@ -78,6 +78,7 @@ def _replica(rank: int, init: str, out: str, result: str) -> None:
     dist.all_gather(weights, mine)
     if rank == 0:
         torch.save({"weights": weights, "mean_loss": mean_loss, "world": world()}, result)
+    dist.barrier()  # both ranks tear gloo down together (seen rarely without it: rank 1 SIGABRT while rank 0 still wrote)
     dist.destroy_process_group()
 
 

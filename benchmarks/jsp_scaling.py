@@ -1,7 +1,8 @@
 """JSP-GFN's cost as d grows on CPU: seconds and peak memory per training update, and mini-batch rewards (eq. 13).
 
 usage: PYTHONPATH=. python benchmarks/jsp_scaling.py [--dims 5,10,20] [--models lingauss-diag,mlp] [--batch 64]
-           [--theta-samples 16,4] [--updates 5] [--warmup 2] [--mb-updates 3] [--threads 1] [--quick] [--out benchmarks/results/jsp_scaling.json]
+           [--theta-samples 16,4] [--updates 5] [--warmup 2] [--mb-updates 3] [--paths-dim 20] [--paths-models lingauss-diag,mlp]
+           [--threads 1] [--quick] [--out benchmarks/results/jsp_scaling.json]
 
 One update is built as ``experiments/jsp_gfn.py`` builds it: ``DagParamsConfig(d, model, edges_per_node=2)``,
 ``make_problem``, ``make_graph``, ``make_policies``; a replay buffer of edge transitions filled by
@@ -9,7 +10,7 @@ One update is built as ``experiments/jsp_gfn.py`` builds it: ``DagParamsConfig(d
 into the replay, B replayed transitions, ``UNDIRECTED_SUBTB`` with S fresh theta samples at both ends (delta 1, no
 penalty unless the spec asks), its backward pass and an Adam step (``make_optimizer``; no EMA, no clipping, no evaluation).
 
-Two tables:
+Three tables:
 
 * scaling: d x model x S on the simulated data of a run (N = ``--n-data`` rows, the full-data reward);
 * mini-batch rewards: at d = 11 (Sachs' size) on N = 7,466 simulated rows, the full-data reward against the estimate of
@@ -17,9 +18,15 @@ Two tables:
   categorical-mlp (the data of ``simulate_er`` cut at each column's tertiles into states 0, 1, 2, read from a CSV).
   S is ``--mb-theta-samples`` (4): the MLP models hold ``S * B * M * d * H`` doubles per hidden layer, 3.4 GB for the
   full data at S = 16; a configuration whose estimated peak exceeds ``--max-gb`` is reported as skipped.
+* materialised vs fast kernels: at d = ``--paths-dim`` (20) for each of ``--paths-models``, S = ``--paths-theta-samples``, the
+  same update with the kernels on their materialised path (:class:`~gflownet_measure.kernels.Materialised`: every child
+  state of :math:`\kappa` and :math:`\kappa_b` built, ``[B, K, D]``) and on their fast one (:meth:`~gflownet_measure.kernels.Kernel.outline`),
+  alternating update by update in one process (the order swapped every round), so that both see the same load; the ratio
+  is the median over rounds of fast / materialised.
 
 Time: the median (and the minimum) of ``--updates`` timed updates after ``--warmup`` untimed ones (mini-batch table:
 ``--mb-updates`` after one).
+The scaling and mini-batch tables use the fast path (the library's default).
 Memory: each configuration runs in a fresh subprocess; ``peak_mb`` is the rise of ``resource.getrusage(RUSAGE_SELF).ru_maxrss``
 over the updates (warm-up included: Adam's state, autograd's buffers), measured from after the set-up (data, model,
 policy, prefilled replay); ``rss_mb`` the subprocess's peak RSS. tracemalloc would not see torch's allocator.
@@ -88,7 +95,7 @@ def _categorical_csv(d: int, n: int, seed: int, folder: Path) -> Path:
 def measure(spec: dict) -> dict:
     """Time and memory of JSP-GFN updates for one configuration ``spec`` (d, model, n_data, batch, theta_samples,
     batch_size_data, updates, warmup, threads, seed; optional ``penalty``: the length-2 penalty of eq. C.21, default off
-    as in a run)."""
+    as in a run; optional ``paths``: time the materialised path beside the fast one, alternating)."""
     import tempfile
 
     import torch
@@ -97,6 +104,7 @@ def measure(spec: dict) -> dict:
     from environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
     from environments.dag_params.states import join, split
     from gflownet_measure.buffers import TransitionBuffer
+    from gflownet_measure.kernels import Materialised
     from gflownet_measure.objectives import GFlowNet
     from gflownet_measure.training import make_optimizer
     from gflownet_measure.walkers import Walkers
@@ -147,23 +155,45 @@ def measure(spec: dict) -> dict:
         optimizer.step()
         return float(loss)
 
-    base = _maxrss_mb()
-    load = os.getloadavg()[0]
-    losses = [update() for _ in range(spec["warmup"])]
-    times = []
-    for _ in range(spec["updates"]):
+    kernels = {"fast": (pf.kernel, pb.kernel), "materialised": (Materialised(pf.kernel), Materialised(pb.kernel))}
+    paths = ("materialised", "fast") if spec.get("paths") else ("fast",)
+
+    def timed(path: str) -> float:
+        pf.kernel, pb.kernel = kernels[path]
         t = time.perf_counter()
         losses.append(update())
-        times.append(time.perf_counter() - t)
+        return time.perf_counter() - t
+
+    base = _maxrss_mb()
+    load = os.getloadavg()[0]
+    losses = []
+    for _ in range(spec["warmup"]):
+        for path in paths:
+            timed(path)
+    times = {path: [] for path in paths}
+    for i in range(spec["updates"]):
+        for path in paths[:: 1 if i % 2 == 0 else -1]:  # the order swapped every round: a drift of the load hits both
+            times[path].append(timed(path))
+    pf.kernel, pb.kernel = kernels["fast"]
     rss = _maxrss_mb()
+    compared = {}
+    if spec.get("paths"):
+        full = times["materialised"]
+        compared = {
+            "s_per_update_materialised": statistics.median(full),
+            "s_per_update_materialised_min": min(full),
+            "times_materialised": full,
+            "fast_over_materialised": statistics.median([f / m for f, m in zip(times["fast"], full)]),
+        }
     return {
         **spec,
         "n": model.n,
         "n_params": P,
         "replay_size": len(replay),
-        "s_per_update": statistics.median(times),
-        "s_per_update_min": min(times),
-        "times": times,
+        "s_per_update": statistics.median(times["fast"]),
+        "s_per_update_min": min(times["fast"]),
+        "times": times["fast"],
+        **compared,
         "peak_mb": rss - base,
         "rss_mb": rss,
         "setup_s": setup_s,
@@ -241,7 +271,22 @@ def markdown(result: dict) -> str:
                 if "s_per_update" in full and "s_per_update" in r:
                     ratio = f"{full['s_per_update'] / r['s_per_update']:.1f} x"
             lines.append(f"| {r['model']} | {r.get('n_params', '-')} | {'all ' if not r['batch_size_data'] else ''}{M} | {_ms(r, 's_per_update')} | {_ms(r, 's_per_update_min')} | {_mb(r)} | {ratio} | {r.get('load1', float('nan')):.2f} | {_why(r)} |")
+    if result.get("paths"):
+        p = result["paths"][0]
+        lines += [
+            "",
+            f"## Materialised vs fast kernels: d = {p['d']}, N = {p['n_data']} rows, B = {p['batch']}, S = {p['theta_samples']}; {p['updates']} timed updates of each path after {p['warmup']} warm-up, alternating in one process",
+            "",
+            "| d | model | P | ms/update materialised (median) | ms/update fast (median) | fast / materialised (median of rounds) | threads | load1 | note |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in result["paths"]:
+            lines.append(f"| {r['d']} | {r['model']} | {r.get('n_params', '-')} | {_ms(r, 's_per_update_materialised')} | {_ms(r, 's_per_update')} | {_ratio(r)} | {r.get('torch_threads', '-')} | {r.get('load1', float('nan')):.2f} | {_why(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(r: dict) -> str:
+    return f"{r['fast_over_materialised']:.2f}" if "fast_over_materialised" in r else "-"
 
 
 def write_results(out: Path, result: dict, table: str) -> None:
@@ -278,13 +323,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mb-theta-samples", type=int, default=4, help="S of the mini-batch table")
     p.add_argument("--mb-models", default="lingauss-diag,mlp,categorical-mlp", help="CPD models of the mini-batch table ('' : none)")
     p.add_argument("--mb-updates", type=int, default=3, help="timed updates per configuration of the mini-batch table (after one warm-up; full-data MLP updates take seconds)")
+    p.add_argument("--paths-dim", type=int, default=20, help="d of the materialised vs fast table (0: none)")
+    p.add_argument("--paths-models", default="lingauss-diag,mlp", help="CPD models of the materialised vs fast table")
+    p.add_argument("--paths-theta-samples", type=int, default=16, help="S of the materialised vs fast table")
     p.add_argument("--max-gb", type=float, default=10.0, help="skip a configuration whose estimated peak exceeds this")
     p.add_argument("--updates", type=int, default=5, help="timed updates per configuration (the median is reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed updates before them")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds per configuration")
-    p.add_argument("--quick", action="store_true", help="d = 5 only (both tables; no categorical model), 2 timed updates after 1 warm-up")
+    p.add_argument("--quick", action="store_true", help="d = 5 only (every table; no categorical model), 2 timed updates after 1 warm-up")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON file; the table goes beside it with the suffix .md")
     p.add_argument("--child", help=argparse.SUPPRESS)
     return p
@@ -297,6 +345,7 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if a.quick:
         a.dims, a.mb_dim, a.updates, a.warmup, a.mb_updates = "5", 5, 2, 1, 2
+        a.paths_dim = min(a.paths_dim, 5)
         a.mb_models = ",".join(m for m in _names(a.mb_models) if m != "categorical-mlp")
     import torch
 
@@ -316,16 +365,21 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             r = _run_child(spec, a.timeout) | {"estimated_gb": est}
         rows = f"M={r['batch_size_data']} of N={r['n_data']}" if r["batch_size_data"] else f"all N={r['n_data']}"
-        print(f"  d={r['d']:>3} {r['model']:<16} S={r['theta_samples']:>3} {rows:>16} rows: "
-              + (_why(r) or f"{r['s_per_update'] * 1e3:9.1f} ms/update, peak +{r['peak_mb']:.0f} MB (load {r['load1']:.2f})"), flush=True)
+        figures = f"{r['s_per_update'] * 1e3:9.1f} ms/update, peak +{r['peak_mb']:.0f} MB (load {r['load1']:.2f})" if "s_per_update" in r else ""
+        if "fast_over_materialised" in r:
+            figures = (f"materialised {r['s_per_update_materialised'] * 1e3:.1f} ms/update, fast {r['s_per_update'] * 1e3:.1f} ms/update, "
+                       f"fast / materialised {r['fast_over_materialised']:.2f} ({r['torch_threads']} thread(s), load {r['load1']:.2f})")
+        print(f"  d={r['d']:>3} {r['model']:<16} S={r['theta_samples']:>3} {rows:>16} rows: " + (_why(r) or figures), flush=True)
         return r
 
     scaling = [run({**common, "d": d, "model": m, "n_data": a.n_data, "theta_samples": S, "batch_size_data": 0})
                for d in _ints(a.dims) for m in _names(a.models) for S in _ints(a.theta_samples)]
     minibatch = [run({**common, "updates": a.mb_updates, "warmup": 1, "d": a.mb_dim, "model": m, "n_data": a.mb_rows, "theta_samples": a.mb_theta_samples, "batch_size_data": M})
                  for m in _names(a.mb_models) for M in (0, a.mb_batch_size_data)]
+    paths = [run({**common, "d": a.paths_dim, "model": m, "n_data": a.n_data, "theta_samples": a.paths_theta_samples, "batch_size_data": 0, "paths": True})
+             for m in (_names(a.paths_models) if a.paths_dim else [])]
     meta["load_end"], meta["wall_s"] = list(os.getloadavg()), time.perf_counter() - t0
-    result = {"meta": meta, "scaling": scaling, "minibatch": minibatch}
+    result = {"meta": meta, "scaling": scaling, "minibatch": minibatch, "paths": paths}
     write_results(a.out, result, markdown(result))
     return result
 

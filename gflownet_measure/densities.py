@@ -81,9 +81,9 @@ class KernelDensity:
         K = m.atoms.count
         rows = torch.arange(m.batch, device=comp.device)
         k = comp.clamp(max=max(K - 1, 0))
-        x = m.atoms.x[rows, k] if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)
+        x = m.atoms.take(k) if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)  # the drawn atom's state only
         sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
-        x, us = x.clone(), []
+        us = []
         for c, p in enumerate(m.pieces):
             chosen = comp == K + c
             u = None
@@ -256,7 +256,7 @@ class Policy(nn.Module):
         self.kernel = kernel
 
     def forward(self, s: Tensor) -> KernelDensity:
-        m = self.kernel(s)
+        m = self.kernel.outline(s)
         logits, coords = self.parameters_at(s, m)
         return KernelDensity(m, logits, coords)
 
@@ -269,7 +269,7 @@ class UniformPolicy(Policy):
     """The fixed uniform policy of :func:`uniform_density` (e.g. the uniform :math:`P_B` of Bengio et al. 2021)."""
 
     def forward(self, s: Tensor) -> KernelDensity:
-        return uniform_density(self.kernel(s))
+        return uniform_density(self.kernel.outline(s))
 
     def parameters_at(self, s, measure):
         d = uniform_density(measure)

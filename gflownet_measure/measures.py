@@ -212,6 +212,20 @@ class Atoms:
     def count(self) -> int:
         return self.mask.shape[1]
 
+    def take(self, k: Tensor) -> Tensor:
+        """The states :math:`x_{b, k_b}` ``[B, D]`` of one named atom ``k [B]`` per measure (a new tensor)."""
+        return self.x[torch.arange(len(k), device=k.device), k]
+
+    def locate(self, x: Tensor, sink: Tensor) -> Tensor:
+        """``[B]`` long: the first present atom of measure ``b`` holding ``(x_b, sink_b)``, -1 if none.
+
+        .. math:: k_b = \\min\\{k : \\text{mask}_{bk},\\ \\text{sink}_{bk} = \\text{sink}_b,\\ (\\text{sink}_b \\lor x_{bk} = x_b)\\}
+
+        (the sink matches by its flag alone: its state is ignored).
+        """
+        hit = self.mask & (self.sink == sink[:, None]) & (sink[:, None] | (self.x == x[:, None, :]).all(-1))
+        return torch.where(hit.any(1), hit.to(torch.int8).argmax(1), -1)
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -291,9 +305,7 @@ class Measure:
         The coordinates are those :meth:`~gflownet_measure.transforms.Chart.coordinates_of` computed to test membership, so a density
         evaluated at these points (:meth:`~gflownet_measure.densities.KernelDensity.log_prob`) inverts each chart once.
         """
-        a = self.atoms
-        hit = [a.mask & (a.sink == sink[:, None]) & (sink[:, None] | (a.x == x[:, None, :]).all(-1))]
-        tested = []
+        hit, tested = [], []
         for p in self.pieces:
             on = p.mask & ~sink  # only these rows can lie on the piece: test them alone
             rows, u = on.nonzero()[:, 0], None
@@ -302,10 +314,12 @@ class Measure:
                 on = on.index_put((rows,), inside)
             hit.append(on[:, None])
             tested.append((rows, u))
-        hit = torch.cat(hit, 1)
-        first = hit.to(torch.int8).argmax(1)
-        comp = torch.where(hit.any(1), first, torch.full_like(first, -1))
-        K, us = a.count, []
+        K, us = self.atoms.count, []
+        atom = self.atoms.locate(x, sink) if K else torch.full(sink.shape, -1, dtype=torch.long, device=sink.device)
+        comp = atom
+        if hit:  # no atom holds x: the first piece that does
+            on = torch.cat(hit, 1)
+            comp = torch.where(atom >= 0, atom, torch.where(on.any(1), K + on.to(torch.int8).argmax(1), -1))
         for c, (rows, u) in enumerate(tested):
             mine = comp[rows] == K + c
             us.append(u[mine] if u is not None and bool(mine.any()) else None)

@@ -71,7 +71,7 @@ class MLPPolicy(Policy):
 
     def forward(self, s: Tensor, features: Tensor | None = None) -> KernelDensity:
         """The density at ``s``; ``features`` are :meth:`features` of ``s`` when already computed (a tied policy's pass)."""
-        m = self.kernel(s)
+        m = self.kernel.outline(s)
         return KernelDensity(m, *self.parameters_at(s, m, features))
 
     def _at_source(self, s: Tensor) -> Tensor | None:

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.kernels import Kernel
+from gflownet_measure.kernels import ImplicitAtoms, Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.transforms import Chart
 
@@ -86,40 +86,93 @@ class DagKernel(Kernel):
     ``G'`` (slot ``k`` removes its ``k``-th edge in row-major order; ``d(d-1)/2`` slots, the most edges of a DAG, half of
     the ``d^2`` a slot per pair would need), then the atom :math:`(G, \\#)` under :math:`(G, \\theta)`. Every state has the
     same slots (masked where absent), as the checks expect of a kernel.
+
+    Each edge slot ``k`` flips one adjacency entry, at position :math:`p_k` (:meth:`_positions`), of the intermediate
+    state of ``G``: its atom is :math:`(G \\oplus e_{p_k}, \\#)`. ``__call__`` builds the ``[B, K, D]`` block of these states
+    (the reference path); the fast path (:meth:`outline`, :meth:`child`, :meth:`atom_of`) builds one child per state,
+    and names the slot of a state from the one entry in which it differs from :math:`(G, \\#)`.
     """
 
     def __init__(self, d: int, n_params: int, forward: bool, active: ActiveFn, max_parents: int | None = None):
         self.d, self.n_params, self.forward, self.max_parents = d, n_params, forward, max_parents
         self.chart = ThetaChart(d, n_params, active)
+        self.n_edge_slots = d * d if forward else max(1, d * (d - 1) // 2)
+
+    def _positions(self, flat: Tensor) -> Tensor:
+        """``[B, E]`` long: the adjacency entry :math:`p_k` each edge slot flips. Forward: :math:`p_k = k`; backward: the
+        :math:`k`-th edge of ``G'`` in row-major order (the edges first, in order, then the other entries as padding)."""
+        if self.forward:
+            return torch.arange(self.d * self.d, device=flat.device).expand(len(flat), -1)
+        return torch.argsort((~flat).to(torch.int8), dim=1, stable=True)[:, : self.n_edge_slots]
+
+    def _intermediate(self, s: Tensor) -> tuple[Tensor, Tensor]:
+        """``(flat adjacency [B, d^2] bool, (G, #) [B, D])``: each state's graph and its intermediate state (theta = 0, not stopped)."""
+        flat = split(s, self.d)[0].flatten(1)
+        x = torch.zeros_like(s)
+        x[:, : self.d * self.d] = flat
+        return flat, x
+
+    def _layout(self, s: Tensor) -> tuple[Tensor, Tensor, Tensor, tuple[Piece, ...]]:
+        """``(flat adjacency [B, d^2] bool, mask [B, K], sink [B, K], pieces)`` of :math:`\\kappa(s, \\cdot)`: everything but the atoms' states.
+
+        Forward: edge slot ``k`` present iff the edge keeps ``G`` a DAG (``valid_edges``), the sink iff ``s`` is stopped. Backward:
+        edge slot ``k`` present iff :math:`k < |E(G')|`, the last slot iff ``s`` is stopped."""
+        adj, _, stopped = split(s, self.d)
+        inter, flat = ~stopped, adj.flatten(1)
+        if self.forward:
+            edge_mask = valid_edges(adj, transitive_closure(adj), self.max_parents).flatten(1)
+        else:
+            edge_mask = torch.arange(self.n_edge_slots, device=s.device) < flat.sum(1, keepdim=True)
+        mask = torch.cat([edge_mask & inter[:, None], stopped[:, None]], 1)
+        sink = torch.zeros_like(mask)
+        sink[:, -1] = self.forward
+        return flat, mask, sink, ((Piece(self.chart, s, inter),) if self.forward else ())
 
     def __call__(self, s: Tensor) -> Measure:
         d, B = self.d, s.shape[0]
-        adj, _, stopped = split(s, d)
-        inter = ~stopped
-        flat = adj.flatten(1)
-        if self.forward:
-            edges = torch.arange(d * d).expand(B, -1)  # slot e adds edge e
-            edge_mask = valid_edges(adj, transitive_closure(adj), self.max_parents).flatten(1) & inter[:, None]
-        else:  # only the edges of G' can be removed: slot k removes its k-th edge (row-major), the rest padding
-            edges = torch.argsort((~flat).to(torch.int8), dim=1, stable=True)[:, : max(1, d * (d - 1) // 2)]
-            edge_mask = flat.gather(1, edges) & inter[:, None]
+        flat, mask, sink, pieces = self._layout(s)
+        edges = self._positions(flat)
         # the states (G with edge e flipped, theta = 0, not stopped), written in place: the [B, E, D] block is the cost
         # of a kernel call at d = 20 (docs/results.md, 'Why d = 20 misses')
         edge_x = torch.zeros(B, edges.shape[1], s.shape[1], dtype=s.dtype, device=s.device)
         adj_x = edge_x[:, :, : d * d]
         adj_x.copy_(flat[:, None, :].expand(B, edges.shape[1], d * d))
         adj_x.scatter_(2, edges[:, :, None], 1.0 - adj_x.gather(2, edges[:, :, None]))
-        if self.forward:
-            x = torch.cat([edge_x, s[:, None]], 1)
-            mask = torch.cat([edge_mask, stopped[:, None]], 1)
-            sink = torch.zeros_like(mask)
-            sink[:, -1] = True
-            pieces = (Piece(self.chart, s, inter),)
-        else:
-            x = torch.cat([edge_x, join(adj, self.n_params, dtype=s.dtype)[:, None]], 1)
-            mask = torch.cat([edge_mask, stopped[:, None]], 1)
-            sink, pieces = torch.zeros_like(mask), ()
+        last = s if self.forward else self._intermediate(s)[1]  # the sink's (ignored) state, or (G, #)
+        x = torch.cat([edge_x, last[:, None]], 1)
         return Measure(Atoms(x, torch.zeros(mask.shape, dtype=s.dtype), mask, sink), pieces)
+
+    def outline(self, s: Tensor) -> Measure:
+        """:math:`\\kappa(s, \\cdot)` without the ``[B, K, D]`` block: :class:`~gflownet_measure.kernels.ImplicitAtoms` (unit masses)."""
+        _, mask, sink, pieces = self._layout(s)
+        return Measure(ImplicitAtoms(self, s, torch.zeros(mask.shape, dtype=s.dtype, device=s.device), mask, sink), pieces)
+
+    def child(self, s: Tensor, k: Tensor) -> Tensor:
+        """Slot ``k``'s state: :math:`(G \\oplus e_{p_k}, \\#)` for an edge slot; the last slot: ``s`` forward (the sink's ignored
+        state), :math:`(G, \\#)` backward."""
+        flat, x = self._intermediate(s)
+        edge = k < self.n_edge_slots
+        p = self._positions(flat).gather(1, k.clamp(max=self.n_edge_slots - 1)[:, None])[:, 0]
+        rows = torch.arange(len(s), device=s.device)
+        x[rows, p] = torch.where(edge, 1.0 - x[rows, p], x[rows, p])
+        return torch.where((self.forward & ~edge)[:, None], s, x)
+
+    def atom_of(self, s: Tensor, x: Tensor, sink: Tensor) -> Tensor:
+        """The slot holding ``(x, sink)``: ``x`` differs from :math:`(G, \\#)` in exactly one entry :math:`p`, an adjacency entry it
+        flips, for an edge slot (forward: slot :math:`p`; backward, :math:`p` an edge of ``G'``: its rank
+        :math:`\\sum_{q \\le p} A_q - 1`); in none for the backward last slot; the forward last slot is the sink."""
+        flat, intermediate = self._intermediate(s)
+        dd, last = self.d * self.d, self.n_edge_slots
+        differs = x != intermediate
+        n = differs.sum(1)
+        p = differs.to(torch.int8).argmax(1)
+        q = p.clamp(max=dd - 1)[:, None]
+        was_edge = flat.gather(1, q)[:, 0]
+        flips = (n == 1) & (p < dd) & (x.gather(1, q)[:, 0] == (~was_edge).to(x.dtype))
+        if self.forward:
+            return torch.where(sink, last, torch.where(flips, p, -1))
+        rank = flat.cumsum(1).gather(1, q)[:, 0] - 1
+        return torch.where(sink, -1, torch.where(flips & was_edge, rank, torch.where(n == 0, last, -1)))
 
 
 def enumerated_measures(d: int, n_params: int, chart: ThetaChart, max_parents: int | None) -> tuple[Measure, Measure]:

@@ -23,15 +23,18 @@ def _positive(r: dict) -> None:
 def test_quick_run(tmp_path):
     out = tmp_path / "jsp.json"
     # --quick: d = 5, 2 timed updates; one S and a smaller N keep the subprocesses (one per configuration) near 20 s
-    result = main(["--quick", "--seed", "0", "--theta-samples", "4", "--mb-models", "mlp", "--mb-rows", "1000", "--out", str(out)])
+    result = main(["--quick", "--seed", "0", "--theta-samples", "4", "--mb-models", "mlp", "--mb-rows", "1000", "--paths-models", "lingauss-diag", "--paths-theta-samples", "4", "--out", str(out)])
     saved = json.loads(out.read_text())
     assert saved == json.loads(json.dumps(result))
-    assert set(saved) == {"meta", "scaling", "minibatch"}
+    assert set(saved) == {"meta", "scaling", "minibatch", "paths"}
     meta = saved["meta"]
     assert meta["threads"] == 1 and meta["quick"] and len(meta["load_start"]) == len(meta["load_end"]) == 3
     assert {(r["d"], r["model"], r["theta_samples"]) for r in saved["scaling"]} == {(5, "lingauss-diag", 4), (5, "mlp", 4)}
     assert {(r["d"], r["model"], r["n_data"], r["batch_size_data"]) for r in saved["minibatch"]} == {(5, "mlp", 1000, 0), (5, "mlp", 1000, 100)}
-    for r in saved["scaling"] + saved["minibatch"]:
+    assert [(r["d"], r["model"], r["theta_samples"]) for r in saved["paths"]] == [(5, "lingauss-diag", 4)]
+    for r in saved["scaling"] + saved["minibatch"] + saved["paths"]:
         _positive(r)
+    for r in saved["paths"]:  # both paths timed, alternating: as many updates each
+        assert len(r["times_materialised"]) == r["updates"] and r["s_per_update_materialised"] > 0 and r["fast_over_materialised"] > 0
     table = out.with_suffix(".md").read_text()
-    assert "| d | model |" in table and "Mini-batch rewards" in table and "load average" in table
+    assert "| d | model |" in table and "Mini-batch rewards" in table and "Materialised vs fast" in table and "load average" in table

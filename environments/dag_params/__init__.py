@@ -27,9 +27,10 @@ from .sachs import consensus_graph, discretise, sachs_split
 from .network import JSPNetwork
 from .pgmpy_data import PREFIX as PGMPY, simulate_pgmpy
 from .policy import JSPPolicy
+from .solver import SolverHead
 from .space import make_space
 
-__all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies"]
+__all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies", "solver_rows"]
 
 MODELS = {"lingauss-diag": ("lingauss", "diag"), "lingauss-full": ("lingauss", "full"), "mlp": ("mlp", "diag"), "categorical-mlp": ("categorical-mlp", "diag"), "zi-mlp": ("zi-mlp", "diag")}
 """``model`` setting -> (CPD model of :data:`~.cpds.CPD_MODELS`, parameter head of :data:`~.network.THETA_HEADS`)."""
@@ -62,9 +63,22 @@ class DagParamsConfig:
     # the public JSP-GFN code scales by N; measured here at d = 5 (quick preset, 2,000 updates) that starts from a far more
     # peaked policy and learns slower: KL(P(G|D) || P_T) = 46-50 with N (lr 3e-5 or 1e-4) against 0.63 with 1 (lr 3e-4)
     logit_scale: float = option(1.0, "multiply the edge and stop logits by this (0: the number of data rows N, as the public JSP-GFN code does)", low=0.0)
+    theta_head: str = option("amortised", "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (the network's mean refined by solver_steps conjugate-gradient steps on log R(G, .), the scale from its curvature; docs/cpd_models.md)", choices=("amortised", "solver"))
+    solver_steps: int = option(10, "theta_head=solver: preconditioned conjugate-gradient steps T on log R(G, .) per graph", low=0)
+    lookahead: str = option("off", "shift the edge and stop logits by the one-step lookahead of the marginal reward log P(G, D), a forward-looking parametrisation (docs/cpd_models.md): on (linear-Gaussian models, whose marginal is closed-form), off, or auto (on where the model has that marginal)", choices=("off", "on", "auto"))
+    solver_rows: int = option(0, "theta_head=solver: the data rows its log R reads, a random subset fixed by data_seed when the run starts (0: all N; never the update's mini-batch)", low=0)
 
     def __post_init__(self):
         check_options(self)
+        if self.theta_head == "solver" and MODELS[self.model][1] != "diag":
+            raise ValueError(f"theta_head=solver refines a diagonal Normal; model={self.model} has a full-covariance head: use model=lingauss-diag, or theta_head=amortised")
+        if self.lookahead == "on" and MODELS[self.model][0] != "lingauss":
+            raise ValueError(f"lookahead=on needs the closed-form marginal log P(G, D) of a linear-Gaussian model; model={self.model} has none: use lookahead=off or auto")
+
+    @property
+    def uses_lookahead(self) -> bool:
+        """Whether the policy's logits carry the one-step lookahead (``lookahead`` on, or auto with a linear-Gaussian model)."""
+        return self.lookahead == "on" or (self.lookahead == "auto" and MODELS[self.model][0] == "lingauss")
 
 
 SETTINGS = settings_of(DagParamsConfig)
@@ -140,4 +154,14 @@ def make_policies(graph: PointedGraph, config: DagParamsConfig, problem: Problem
     model = (problem or make_problem(config)).model
     scale = config.logit_scale or float(model.n)
     network = JSPNetwork(model.d, config.hidden, model.block_index(), model.active, MODELS[config.model][1])
-    return JSPPolicy(graph.kappa, network, scale), UniformPolicy(graph.kappa_b)
+    if config.theta_head == "solver":
+        network.theta_head = SolverHead(network.theta_head, model, config.solver_steps, solver_rows(config, model.n))
+    return JSPPolicy(graph.kappa, network, scale, model.edge_gains if config.uses_lookahead else None), UniformPolicy(graph.kappa_b)
+
+
+def solver_rows(config: DagParamsConfig, n: int) -> Tensor | None:
+    """The data rows the solver head reads: ``None`` (all) when ``solver_rows`` is 0 or at least ``n``, else a sorted random
+    subset drawn from ``data_seed`` (the same for the whole run and on resume)."""
+    if not 0 < config.solver_rows < n:
+        return None
+    return torch.from_numpy(np.sort(np.random.default_rng(config.data_seed + 1).choice(n, config.solver_rows, replace=False)))

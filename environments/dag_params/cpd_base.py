@@ -122,6 +122,48 @@ class CPDBase(abc.ABC):
         ll = self.log_likelihood(adj, theta, rows)
         return ll + self.log_prior_theta(adj, theta) + self.log_prior_graph(adj).to(ll.dtype)
 
+    # ---------------------------------------------------------------- derivatives in theta (the solver head's inputs)
+
+    def log_reward_and_grad(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(log R [...], grad_theta log R [..., P])`` in float64, without a graph to anything upstream of ``theta``
+        (autograd; the gradient is 0 at inactive coordinates)."""
+        with torch.inference_mode(False), torch.enable_grad():  # also inside an inference-mode rollout: on copies, ordinary tensors
+            adj, theta = adj.clone(), theta.detach().to(torch.float64).clone().requires_grad_(True)
+            value = self.log_reward(adj, theta, rows)
+            (grad,) = torch.autograd.grad(value.sum(), theta)
+        return value.detach(), grad
+
+    def log_reward_hvp(self, adj: Tensor, theta: Tensor, v: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`-\\nabla^2_\\theta \\log R(G, \\theta)\\, v` ``[..., P]`` float64 (double backward; a model with a closed form overrides it)."""
+        with torch.inference_mode(False), torch.enable_grad():
+            adj, theta, v = adj.clone(), theta.detach().to(torch.float64).clone().requires_grad_(True), v.detach().clone()
+            (grad,) = torch.autograd.grad(self.log_reward(adj, theta, rows).sum(), theta, create_graph=True)
+            (hv,) = torch.autograd.grad((grad * v).sum(), theta)
+        return -hv
+
+    def curvature(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """A positive diagonal :math:`h \\approx \\mathrm{diag}(-\\nabla^2_\\theta \\log R(G, \\theta))` ``[..., P]`` float64:
+
+        .. math:: h_p = 1/\\sigma_0^2 + \\mathrm{diag}(J^\\top F J)_p
+
+        the prior's precision plus the diagonal of the likelihood's Gauss-Newton matrix (:meth:`likelihood_curvature`,
+        ``J`` the Jacobian of the CPD outputs, ``F`` their Fisher information), exact for a linear-Gaussian model. A model
+        without :meth:`likelihood_curvature` gets the prior's precision alone (the solver head then runs unpreconditioned
+        conjugate gradients and its scales start at the prior's). Inactive coordinates hold :math:`1/\\sigma_0^2` too.
+        """
+        prior = torch.full(theta.shape, 1.0 / self.prior_var, dtype=torch.float64)
+        lik = self.likelihood_curvature(adj, theta.detach(), rows)
+        return prior if lik is None else prior + torch.where(self.active(adj), lik, 0.0)
+
+    def newton_direction(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor | None:
+        """:math:`(-\\nabla^2 \\log R)^{-1} \\nabla \\log R` ``[..., P]`` float64 solved exactly, where a model can (the solver head
+        then takes Newton steps instead of conjugate gradients), or ``None``."""
+        return None
+
+    def likelihood_curvature(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor | None:
+        """The diagonal of the Gauss-Newton matrix of :math:`-\\log P(D | G, \\theta)` ``[..., P]`` float64, or ``None`` (not known)."""
+        return None
+
     def _check_adj(self, adj: Tensor) -> None:
         if adj.shape[-2:] != (self.d, self.d):
             raise ValueError(f"{type(self).__name__}: adj must be [..., {self.d}, {self.d}]; got shape {tuple(adj.shape)}")

@@ -252,16 +252,16 @@ def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, gr
 
 
 @torch.no_grad()
-def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False) -> tuple[dict, dict]:
+def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False, n_orders: int = 1000) -> tuple[dict, dict]:
     """:math:`\\log P_T(G_k, \\theta_k) = \\log \\hat P_T(G_k) + \\log P_\\phi(\\theta_k | G_k)` against :math:`\\log R(G_k, \\theta_k)`
     on samples, with :math:`\\hat P_T(G)` the beam-search + importance-sampling estimate (:func:`estimate_graph_log_marginal`):
     Deleu et al. 2023, Fig. 3c. A perfect sampler has :math:`\\log P_T = \\log R - \\log Z`: slope 1.
 
     Returns ``({log_pt_vs_log_r_slope, _slope_robust (RANSAC), _r, fit_samples}, arrays)`` with ``log_pt``, ``log_r`` and
     ``n_edges`` per sample (the figure colours points by edge count). ``progress``: a bar over the graphs (the estimate
-    is the slow part of a run's final evaluation at d = 20).
+    is the slow part of a run's final evaluation at d = 20); ``n_orders``: of the importance-sampling term.
     """
-    log_pt_graph = estimate_graph_log_marginal(policy, graphs, generator=generator, progress=progress)
+    log_pt_graph = estimate_graph_log_marginal(policy, graphs, n_orders=n_orders, generator=generator, progress=progress)
     net_out = policy.network(graphs.to(policy.network_dtype))
     log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).numpy()
     log_r = model.log_reward(graphs, thetas.double()).double().numpy()

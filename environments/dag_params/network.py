@@ -143,12 +143,17 @@ class DiagGaussianHead(nn.Module):
         self.net = _zero_last(nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, 2 * self.block)))
         self.register_buffer("to_flat", block_index.flatten().argsort(), persistent=False)  # flat position -> (node, slot)
 
-    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> DiagNormalTheta:
+    def params(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(mu [B, P], rho [B, P], active [B, P])``: the locations (0 off the active coordinates), the raw scales and :math:`\\Theta_G`."""
         out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d, 2b]
         raw_loc, raw_scale = out.split(self.block, dim=-1)  # each [B, d, b]
         on = self.active(adj > 0)
         loc = raw_loc.flatten(1)[:, self.to_flat]
-        return DiagNormalTheta(torch.where(on, loc, torch.zeros_like(loc)), F.softplus(raw_scale.flatten(1)[:, self.to_flat]), on)
+        return torch.where(on, loc, torch.zeros_like(loc)), raw_scale.flatten(1)[:, self.to_flat], on
+
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> DiagNormalTheta:
+        loc, raw_scale, on = self.params(nodes, glob, adj)
+        return DiagNormalTheta(loc, F.softplus(raw_scale), on)
 
 
 class FullGaussianHead(nn.Module):
@@ -219,10 +224,15 @@ class JSPNetwork(nn.Module):
         self.stop = _mlp(hidden, hidden, 1)
         self.theta_head = THETA_HEADS[head](d, hidden, block_index, active)
 
+    def trunk(self, adj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(nodes [B, d, h], globals [B, h], edge logits [B, d, d], stop logit [B])``: all but the parameter head, which
+        reads ``(nodes, globals, adj)`` and may be called later on some of the graphs only (``theta_head``)."""
+        nodes, glob = self.backbone(adj)  # [B, d, h], [B, h]
+        edge_logits = self.senders(nodes) @ self.receivers(nodes).transpose(1, 2)  # [B, d, d]
+        return nodes, glob, edge_logits, self.stop(glob).squeeze(-1)
+
     def forward(self, adj: Tensor) -> JSPOutputs:
         """``adj [B, d, d]`` (float 0/1) -> :class:`JSPOutputs`."""
-        nodes, glob = self.backbone(adj)  # [B, d, h], [B, h]
-        adj = adj.to(nodes.dtype)
-        edge_logits = self.senders(nodes) @ self.receivers(nodes).transpose(1, 2)  # [B, d, d]
-        return JSPOutputs(edge_logits, self.stop(glob).squeeze(-1), self.theta_head(nodes, glob, adj))
+        nodes, glob, edge_logits, stop_logit = self.trunk(adj)
+        return JSPOutputs(edge_logits, stop_logit, self.theta_head(nodes, glob, adj.to(nodes.dtype)))
 

@@ -4,8 +4,8 @@
 :func:`transition_loss`: for replayed transitions :math:`G \\to G'`, fresh :math:`\\theta_j \\sim P_\\phi(\\cdot|G)` and
 :math:`\\theta'_i \\sim P_\\phi(\\cdot|G')` (``S`` each), the undirected-path SubTB residual of the core
 (:func:`~gflownet_measure.losses.undirected_subtb_residual`, eq. 6) on all ``S x S`` pairs, scaled by
-:math:`1/N` and penalised with Huber (eq. 8); optionally the length-2 penalty of eq. C.21.
-The reward difference and the :math:`\\theta` at which :math:`P_\\phi` is evaluated carry no gradient.
+:math:`1/N` and penalised with Huber (eq. 8); optionally the length-2 penalty of eq. C.21, path-wise.
+The reward difference and the :math:`\\theta` at which eq. 8 evaluates :math:`P_\\phi` carry no gradient.
 The transitions come from the core's :class:`~gflownet_measure.walkers.Walkers` (Algorithm 1's parallel environments).
 """
 from __future__ import annotations
@@ -26,20 +26,26 @@ __all__ = ["Transitions", "transition_loss", "UNDIRECTED_SUBTB"]
 
 
 def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_samples: int, with_penalty: bool) -> tuple[Tensor, Tensor, Tensor | None]:
-    """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``."""
+    """``(log R(G, theta_s), log P_F((G, theta_s) | G), pen(G) or None)``, ``[S, B]``, ``[S, B]``, ``[B]``, for fresh ``theta_s ~ P_phi(.|G)``.
+
+    Eq. 8's terms read :math:`\\mathrm{sg}(\\theta_s)`: gradients reach :math:`\\phi` through the density only. The penalty of
+    eq. C.21 is path-wise, as in the public JSP-GFN code: :math:`\\theta_s = \\mu + \\sigma \\varepsilon_s` keeps its graph, so
+    :math:`\\nabla_\\theta[\\log R - \\log P_\\phi]` at :math:`\\theta_s` moves :math:`\\phi` both through the density and through the
+    point where it is evaluated."""
     S, B = n_samples, adj.shape[0]
-    with torch.no_grad():
-        theta = out.theta.rsample((S,))  # [S, B, P]
-    adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
     if with_penalty:
-        theta = theta.requires_grad_(True)
+        theta = out.theta.rsample((S,))  # [S, B, P], differentiable in phi
+    else:
+        with torch.no_grad():
+            theta = out.theta.rsample((S,))
+    adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
     log_R = log_reward(adj_s, theta.flatten(0, 1)).reshape(S, B).to(log_stop.dtype)
-    log_q = out.theta.log_prob(theta)  # [S, B]; gradients reach phi through the distribution only
     pen = None
     if with_penalty:
-        (g,) = torch.autograd.grad((log_R - log_q).sum(), theta, create_graph=True)
+        (g,) = torch.autograd.grad((log_R - out.theta.log_prob(theta)).sum(), theta, create_graph=True)
         on = out.theta.active
         pen = length2_penalty(torch.where(on, g, torch.zeros_like(g)), on.sum(1))
+    log_q = out.theta.log_prob(theta.detach())  # [S, B]
     return log_R.detach(), log_stop + log_q, pen
 
 

@@ -88,10 +88,19 @@ class ExactNetwork(nn.Module):
                     U[g, j][pa[:, None], pa[None, :]] = L.T
         self.table = (edge.reshape(n, d, d), stop, loc, U)
 
-    def forward(self, adj):
+    def trunk(self, adj):
+        """:class:`~environments.dag_params.network.JSPNetwork`'s split: the graphs' table rows stand in for the node and global features."""
         idx = torch.searchsorted(self.codes, dag_codes(adj > 0.5))
-        edge, stop, loc, U = self.table
-        return JSPOutputs(edge[idx], stop[idx], FullNormalTheta(loc[idx], U[idx], adj.to(loc.dtype)))
+        edge, stop, _, _ = self.table
+        return idx[:, None], idx, edge[idx], stop[idx]
+
+    def theta_head(self, nodes, glob, adj):
+        _, _, loc, U = self.table
+        return FullNormalTheta(loc[glob], U[glob], adj.to(loc.dtype))
+
+    def forward(self, adj):
+        nodes, glob, edge, stop = self.trunk(adj)
+        return JSPOutputs(edge, stop, self.theta_head(nodes, glob, adj))
 
 
 def _exact_policy(model, perturb: float = 0.0) -> tuple[JSPPolicy, UniformPolicy]:

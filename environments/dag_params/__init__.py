@@ -70,8 +70,6 @@ class DagParamsConfig:
 
     def __post_init__(self):
         check_options(self)
-        if self.theta_head == "solver" and MODELS[self.model][1] != "diag":
-            raise ValueError(f"theta_head=solver refines a diagonal Normal; model={self.model} has a full-covariance head: use model=lingauss-diag, or theta_head=amortised")
         if self.lookahead == "on" and MODELS[self.model][0] != "lingauss":
             raise ValueError(f"lookahead=on needs the closed-form marginal log P(G, D) of a linear-Gaussian model; model={self.model} has none: use lookahead=off or auto")
 

@@ -137,19 +137,25 @@ class LinearGaussian(CPDBase):
         diag = C.diagonal(dim1=-2, dim2=-1).T * (scale / self.obs_var)  # [d(i), d(j)]: C^(j)_ii
         return diag.flatten().expand(*adj.shape[:-2], self.d * self.d)
 
-    def newton_direction(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
-        """:math:`\\Lambda_j^{-1} \\nabla_{\\theta_{\\cdot j}} \\log R` per node by a Cholesky solve of its ``d x d`` precision (identity
-        rows and columns off the parents), ``[..., d * d]`` float64: one step from any ``theta`` lands on the conditional
-        posterior mean :math:`m_j` (JSP-GFN eq. D.24), where conjugate gradients lose conjugacy on nearly collinear parents
-        (a dense graph's: measured 9 nats short of the maximum after 19 steps on a complete DAG at d = 20)."""
+    def conditional_precision(self, adj: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\Lambda_j = I/\\sigma_0^2 + C^{(j)}/\\sigma^2` on the parents of each node ``j`` (times :math:`N/M` on a mini-batch), the
+        identity on the rows and columns of non-parents: ``[..., d(j), d, d]`` float64, positive definite, the parent block
+        the precision of :math:`\\theta_{\\cdot j} \\mid G, D` (JSP-GFN eq. D.24) and the rest decoupled."""
         C, scale = self._grams_of(rows)
         on = self.active(adj).unflatten(-1, (self.d, self.d)).transpose(-1, -2)  # [..., j, i]: i is a parent of j
         pair = on[..., :, None] & on[..., None, :]
         eye = torch.eye(self.d, dtype=torch.float64)
-        prec = torch.where(pair, C * (scale / self.obs_var), 0.0) + eye / self.prior_var  # [..., j, i, k]; a non-parent's row is its prior's
+        return torch.where(pair, C * (scale / self.obs_var) + eye / self.prior_var, eye)
+
+    def newton_direction(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\Lambda_j^{-1} \\nabla_{\\theta_{\\cdot j}} \\log R` per node by a Cholesky solve of :meth:`conditional_precision`,
+        ``[..., d * d]`` float64: one step from any ``theta`` lands on the conditional posterior mean :math:`m_j` (JSP-GFN
+        eq. D.24), where conjugate gradients lose conjugacy on nearly collinear parents (a dense graph's: measured 9 nats
+        short of the maximum after 19 steps on a complete DAG at d = 20)."""
+        on = self.active(adj).unflatten(-1, (self.d, self.d)).transpose(-1, -2)
         _, grad = self.log_reward_and_grad(adj, theta, rows)
         g = torch.where(on, grad.unflatten(-1, (self.d, self.d)).transpose(-1, -2), 0.0)  # [..., j, i]
-        step = torch.cholesky_solve(g[..., None], torch.linalg.cholesky(prec))[..., 0]
+        step = torch.cholesky_solve(g[..., None], torch.linalg.cholesky(self.conditional_precision(adj, rows)))[..., 0]
         return torch.where(on, step, 0.0).transpose(-1, -2).flatten(-2)
 
     def _grams_of(self, rows: Tensor | None) -> tuple[Tensor, float]:

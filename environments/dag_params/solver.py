@@ -37,7 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .theta import DiagNormalTheta
+from .network import FullGaussianHead
+from .theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
 __all__ = ["refine_mean", "SolverHead", "SCALE_OFFSET"]
 
@@ -120,24 +121,48 @@ class SolverHead(nn.Module):
         # (at theta = 0 every hidden unit is off and the gradient in W1, b1, W2 is 0: a saddle point the solver cannot leave)
         self.register_buffer("theta_init", torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * model.prior_var**0.5)
 
-    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> DiagNormalTheta:
+    def _mean(self, graphs: Tensor, start: Tensor) -> Tensor:
+        """The solved mean ``[B, P]`` float64 from ``start``: Newton steps where the model solves exactly, CG otherwise."""
+        model, rows = self.model, self.rows
+        mean = start
+        if self.steps and model.newton_direction(graphs[:0], start[:0], rows) is not None:  # a model that solves exactly: Newton steps
+            for _ in range(self.steps):
+                step = model.newton_direction(graphs, mean, rows)
+                mean = mean + step
+                if float(step.abs().max()) <= 1e-12 * (1.0 + float(mean.abs().max())):  # converged (a quadratic: after one step); the rest would add rounding only
+                    break
+        elif self.steps:
+            h0 = model.curvature(graphs, start, rows)
+            mean = refine_mean(lambda x: model.log_reward_and_grad(graphs, x, rows), lambda x, v: model.log_reward_hvp(graphs, x, v, rows), h0, start, self.steps, self.groups)
+        return mean
+
+    def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> MaskedNormalTheta:
+        graphs = adj > 0
+        if isinstance(self.base, FullGaussianHead):
+            return self._full(self.base(nodes, glob, adj), graphs)
         loc0, raw_scale, on = self.base.params(nodes, glob, adj)
         loc0 = torch.where(on, loc0 + self.theta_init.to(loc0.dtype), 0.0)
-        graphs = adj > 0
-        model, rows = self.model, self.rows
         with torch.no_grad():
-            start = loc0.detach().to(torch.float64)
-            mean = start
-            if self.steps and model.newton_direction(graphs[:0], start[:0], rows) is not None:  # a model that solves exactly: Newton steps
-                for _ in range(self.steps):
-                    step = model.newton_direction(graphs, mean, rows)
-                    mean = mean + step
-                    if float(step.abs().max()) <= 1e-12 * (1.0 + float(mean.abs().max())):  # converged (a quadratic: after one step); the rest would add rounding only
-                        break
-            elif self.steps:
-                h0 = model.curvature(graphs, start, rows)
-                mean = refine_mean(lambda x: model.log_reward_and_grad(graphs, x, rows), lambda x, v: model.log_reward_hvp(graphs, x, v, rows), h0, start, self.steps, self.groups)
-            curv = model.curvature(graphs, mean, rows)
+            mean = self._mean(graphs, loc0.detach().to(torch.float64))
+            curv = self.model.curvature(graphs, mean, self.rows)
         loc = loc0 + (mean.to(loc0.dtype) - loc0).detach()
         scale = F.softplus(raw_scale + SCALE_OFFSET) * curv.rsqrt().to(raw_scale.dtype)
         return DiagNormalTheta(torch.where(on, loc, torch.zeros_like(loc)), scale, on)
+
+    def _full(self, base: FullNormalTheta, graphs: Tensor) -> FullNormalTheta:
+        """The full-covariance version (linear models): the mean solved as above and the precision factor
+        :math:`U_j = N_j\\, L_j^\\top`, with :math:`L_j L_j^\\top = \\Lambda_j` the model's conditional precision
+        (:meth:`~.bayesnet.LinearGaussian.conditional_precision`) and :math:`N_j` the amortised head's factor with its parent
+        diagonal divided by :math:`\\log 2`: the identity at initialisation, so that :math:`P_\\phi(\\theta \\mid G)` starts at
+        the exact conditional posterior :math:`\\mathcal N(m_j, \\Lambda_j^{-1})` (JSP-GFN eq. D.24) and learns a correction."""
+        d = self.model.d
+        on = base.active
+        loc0 = torch.where(on, base.mean + self.theta_init.to(base.loc.dtype), 0.0)
+        with torch.no_grad():
+            mean = self._mean(graphs, loc0.detach().to(torch.float64))
+            exact = torch.linalg.cholesky(self.model.conditional_precision(graphs, self.rows)).mT.to(base.loc.dtype)  # [B, j, d, d] upper
+        loc = loc0 + (mean.to(loc0.dtype) - loc0).detach()
+        parents = base.adj.transpose(1, 2) > 0  # [B, j, d]
+        norm = torch.where(parents, torch.full_like(base.adj.transpose(1, 2), 1 / math.log(2.0)), 1.0)
+        factor = base.prec_chol * norm[..., :, None]  # rows of parents rescaled: the identity at initialisation
+        return FullNormalTheta(loc.view(-1, d, d) * base.adj, factor @ exact, base.adj)

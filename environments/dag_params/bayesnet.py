@@ -84,7 +84,7 @@ class LinearGaussian(CPDBase):
         ``[d, d, d]`` and ``[d]`` float64 (every node the same :math:`X^\\top X` and ``M`` for observational data)."""
         if self.interventions is None:
             return (x.T @ x).expand(self.d, self.d, self.d), torch.full((self.d,), float(len(x)), dtype=torch.float64)
-        observed = ~(self.interventions if rows is None else self.interventions[torch.as_tensor(rows)])  # [M, d]
+        observed = ~self._intervened(rows)  # [M, d]
         w = observed.to(x.dtype)
         return torch.einsum("nj,ni,nk->jik", w, x, x), w.sum(0)
 

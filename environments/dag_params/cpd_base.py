@@ -180,10 +180,16 @@ class CPDBase(abc.ABC):
     def _observed_sum(self, terms: Tensor, rows: Tensor | None) -> Tensor:
         """:math:`\\sum_{n, j : \neg I_{nj}}` of the per-entry log-likelihood terms ``[..., M, d]`` of the rows ``rows``
         (all rows when ``None``), the intervened entries dropped (``torch.where``: a NaN or an infinity there is not read)."""
-        if self.interventions is not None:
-            intervened = self.interventions if rows is None else self.interventions[torch.as_tensor(rows)]
+        intervened = self._intervened(rows)
+        if intervened is not None:
             terms = torch.where(intervened, 0.0, terms)
         return terms.sum((-1, -2))
+
+    def _intervened(self, rows: Tensor | None) -> Tensor | None:
+        """``[M, d]`` bool: the entries of the rows ``rows`` (all rows when ``None``) that an intervention sets; ``None`` for observational data."""
+        if self.interventions is None:
+            return None
+        return self.interventions if rows is None else self.interventions[torch.as_tensor(rows)]
 
     def _rows(self, rows: Tensor | None) -> tuple[Tensor, float]:
         """``(x [M, data's columns], N / M)``: the data rows ``rows [M]`` long (all ``N`` rows when ``None``) and the factor of the unbiased estimate."""

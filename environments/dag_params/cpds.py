@@ -38,7 +38,7 @@ from gflownet_measure.gaussian import LOG_2PI
 from .bayesnet import LinearGaussian, SimulatedData, check_simulation, random_er_dag
 from .cpd_base import CPDBase, check_variance
 
-__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model", "simulate_mlp", "simulate_zi"]
+__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_layers", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model", "simulate_mlp", "simulate_zi"]
 
 
 @runtime_checkable
@@ -96,15 +96,22 @@ def mlp_active(adj: Tensor, hidden: int, features: int, outputs: int, extra: int
     return torch.cat([w1, rest], -1).flatten(-2)
 
 
-def mlp_outputs(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> Tensor:
-    """:math:`\\mathrm{MLP}_j(x_m)` ``[..., M, d, O]`` from the (already masked) blocks ``[..., d, block]`` and ``inputs [M, dF]``.
+def mlp_layers(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(pre-activations [..., M, d, H], W2 [..., d, O, H], outputs [..., M, d, O])`` of :math:`\\mathrm{MLP}_j(x_m)` from the
+    (already masked) blocks ``[..., d, block]`` and ``inputs [M, dF]``.
 
     Two einsums; the hidden layer ``[..., M, d, H]`` is the largest intermediate.
     """
     n_in = inputs.shape[-1]
     w1, b1, w2, b2 = blocks.split([hidden * n_in, hidden, outputs * hidden, outputs], -1)
     pre = torch.einsum("...jhf,mf->...mjh", w1.unflatten(-1, (hidden, n_in)), inputs) + b1[..., None, :, :]
-    return torch.einsum("...mjh,...joh->...mjo", pre.relu(), w2.unflatten(-1, (outputs, hidden))) + b2[..., None, :, :]
+    W2 = w2.unflatten(-1, (outputs, hidden))
+    return pre, W2, torch.einsum("...mjh,...joh->...mjo", pre.relu(), W2) + b2[..., None, :, :]
+
+
+def mlp_outputs(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> Tensor:
+    """:math:`\\mathrm{MLP}_j(x_m)` ``[..., M, d, O]``: the outputs of :func:`mlp_layers`."""
+    return mlp_layers(blocks, inputs, hidden, outputs)[2]
 
 
 class MaskedMLP(CPDBase):
@@ -146,16 +153,11 @@ class MaskedMLP(CPDBase):
         ``observed [M, d]`` of the entries not intervened on, the mini-batch factor ``scale`` and the rows ``x``."""
         x, scale = self._rows(rows)
         e = self.encode(x)  # [M, dF]
-        H, O, n_in = self.hidden, self.outputs, e.shape[-1]
         blocks = self._masked(adj, theta).unflatten(-1, (self.d, self.block))
-        w1, b1, w2, b2 = blocks[..., : self.block - self.extra].split([H * n_in, H, O * H, O], -1)
-        pre = torch.einsum("...jhf,mf->...mjh", w1.unflatten(-1, (H, n_in)), e) + b1[..., None, :, :]  # [..., M, d, H]
-        act = pre.relu()
-        W2 = w2.unflatten(-1, (O, H))  # [..., d, O, H]
-        out = torch.einsum("...mjh,...joh->...mjo", act, W2) + b2[..., None, :, :]  # [..., M, d, O]
-        intervened = None if self.interventions is None else (self.interventions if rows is None else self.interventions[torch.as_tensor(rows)])
+        pre, W2, out = mlp_layers(blocks[..., : self.block - self.extra], e, self.hidden, self.outputs)
+        intervened = self._intervened(rows)
         observed = torch.ones(x.shape, dtype=torch.float64) if intervened is None else (~intervened).double()
-        return {"x": x, "scale": scale, "e": e, "pre": pre, "act": act, "W2": W2, "out": out, "observed": observed}
+        return {"x": x, "scale": scale, "e": e, "pre": pre, "act": pre.relu(), "W2": W2, "out": out, "observed": observed}
 
     def likelihood_curvature(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
         """The diagonal of the Gauss-Newton matrix :math:`\\sum_n J_n^\\top F_n J_n` of :math:`-\\log P(D | G, \\theta)` ``[..., P]`` float64.

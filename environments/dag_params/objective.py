@@ -33,11 +33,8 @@ def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_s
     :math:`\\nabla_\\theta[\\log R - \\log P_\\phi]` at :math:`\\theta_s` moves :math:`\\phi` both through the density and through the
     point where it is evaluated."""
     S, B = n_samples, adj.shape[0]
-    if with_penalty:
-        theta = out.theta.rsample((S,))  # [S, B, P], differentiable in phi
-    else:
-        with torch.no_grad():
-            theta = out.theta.rsample((S,))
+    with torch.set_grad_enabled(with_penalty):
+        theta = out.theta.rsample((S,))  # [S, B, P], differentiable in phi for the penalty only
     adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
     log_R = log_reward(adj_s, theta.flatten(0, 1)).reshape(S, B).to(log_stop.dtype)
     pen = None

@@ -120,12 +120,14 @@ class SolverHead(nn.Module):
         # theta_init: a fixed draw from the prior added to mu_0, so that the solver never starts where an MLP's ReLUs are all dead
         # (at theta = 0 every hidden unit is off and the gradient in W1, b1, W2 is 0: a saddle point the solver cannot leave)
         self.register_buffer("theta_init", torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * model.prior_var**0.5)
+        # Newton steps where the model solves its Newton system exactly (it answers on an empty batch), CG otherwise: decided once
+        self.newton = model.newton_direction(torch.zeros(0, model.d, model.d, dtype=torch.bool), torch.zeros(0, model.n_params, dtype=torch.float64)) is not None
 
     def _mean(self, graphs: Tensor, start: Tensor) -> Tensor:
         """The solved mean ``[B, P]`` float64 from ``start``: Newton steps where the model solves exactly, CG otherwise."""
         model, rows = self.model, self.rows
         mean = start
-        if self.steps and model.newton_direction(graphs[:0], start[:0], rows) is not None:  # a model that solves exactly: Newton steps
+        if self.steps and self.newton:
             for _ in range(self.steps):
                 step = model.newton_direction(graphs, mean, rows)
                 mean = mean + step
@@ -136,16 +138,22 @@ class SolverHead(nn.Module):
             mean = refine_mean(lambda x: model.log_reward_and_grad(graphs, x, rows), lambda x, v: model.log_reward_hvp(graphs, x, v, rows), h0, start, self.steps, self.groups)
         return mean
 
+    def _refined(self, loc0: Tensor, on: Tensor, graphs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(mu [B, P], the solved mean float64 [B, P])`` from the network's ``loc0``: :math:`\\mu_0 = ` ``loc0`` :math:`+ \\theta_{\\mathrm{init}}`
+        on the active coordinates ``on``, solved without a graph, the gradient in :math:`\\mu` passed to :math:`\\mu_0` straight through."""
+        loc0 = torch.where(on, loc0 + self.theta_init.to(loc0.dtype), 0.0)
+        with torch.no_grad():
+            mean = self._mean(graphs, loc0.detach().to(torch.float64))
+        return loc0 + (mean.to(loc0.dtype) - loc0).detach(), mean
+
     def forward(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> MaskedNormalTheta:
         graphs = adj > 0
         if isinstance(self.base, FullGaussianHead):
             return self._full(self.base(nodes, glob, adj), graphs)
         loc0, raw_scale, on = self.base.params(nodes, glob, adj)
-        loc0 = torch.where(on, loc0 + self.theta_init.to(loc0.dtype), 0.0)
+        loc, mean = self._refined(loc0, on, graphs)
         with torch.no_grad():
-            mean = self._mean(graphs, loc0.detach().to(torch.float64))
             curv = self.model.curvature(graphs, mean, self.rows)
-        loc = loc0 + (mean.to(loc0.dtype) - loc0).detach()
         scale = F.softplus(raw_scale + SCALE_OFFSET) * curv.rsqrt().to(raw_scale.dtype)
         return DiagNormalTheta(torch.where(on, loc, torch.zeros_like(loc)), scale, on)
 
@@ -156,12 +164,9 @@ class SolverHead(nn.Module):
         diagonal divided by :math:`\\log 2`: the identity at initialisation, so that :math:`P_\\phi(\\theta \\mid G)` starts at
         the exact conditional posterior :math:`\\mathcal N(m_j, \\Lambda_j^{-1})` (JSP-GFN eq. D.24) and learns a correction."""
         d = self.model.d
-        on = base.active
-        loc0 = torch.where(on, base.mean + self.theta_init.to(base.loc.dtype), 0.0)
+        loc, _ = self._refined(base.mean, base.active, graphs)
         with torch.no_grad():
-            mean = self._mean(graphs, loc0.detach().to(torch.float64))
             exact = torch.linalg.cholesky(self.model.conditional_precision(graphs, self.rows)).mT.to(base.loc.dtype)  # [B, j, d, d] upper
-        loc = loc0 + (mean.to(loc0.dtype) - loc0).detach()
         parents = base.adj.transpose(1, 2) > 0  # [B, j, d]
         norm = torch.where(parents, torch.full_like(base.adj.transpose(1, 2), 1 / math.log(2.0)), 1.0)
         factor = base.prec_chol * norm[..., :, None]  # rows of parents rescaled: the identity at initialisation

@@ -20,7 +20,7 @@ Three tables:
   full data at S = 16; a configuration whose estimated peak exceeds ``--max-gb`` is reported as skipped.
 * materialised vs fast kernels: at d = ``--paths-dim`` (20) for each of ``--paths-models``, S = ``--paths-theta-samples``, the
   same update with the kernels on their materialised path (:class:`~gflownet_measure.kernels.Materialised`: every child
-  state of :math:`\kappa` and :math:`\kappa_b` built, ``[B, K, D]``) and on their fast one (:meth:`~gflownet_measure.kernels.Kernel.outline`),
+  state of :math:`\\kappa` and :math:`\\kappa_b` built, ``[B, K, D]``) and on their fast one (:meth:`~gflownet_measure.kernels.Kernel.outline`),
   alternating update by update in one process (the order swapped every round), so that both see the same load; the ratio
   is the median over rounds of fast / materialised.
 

@@ -233,7 +233,7 @@ def target(config) -> TorusTarget:
     key = f"{hashlib.sha256(structure.read_bytes()).hexdigest()}|{config.forcefield}|relax={config.relax}|openmm={mol.openmm.__version__}|v1"
     G, kT = config.grid, KB * config.temperature
     nodes = periodic_grid(2, G)
-    E = torch.from_numpy(_cached_energies(mol, key, nodes.numpy()))
+    E = torch.from_numpy(_cached_energies(mol, key, nodes.cpu().numpy())).to(nodes.device)
     check_log_reward_grid("alanine", -E / kT, nodes)  # NaN or -inf energies
     E_min = float(E.min())
     table = (-(E.clamp(max=E_min + ENERGY_CAP * kT) - E_min) / kT).reshape(G, G)
@@ -242,7 +242,7 @@ def target(config) -> TorusTarget:
         return periodic_cubic(table, theta)
 
     def log_reward_exact(theta: Tensor) -> Tensor:
-        return -(torch.from_numpy(_cached_energies(mol, key, theta.double().numpy())) - E_min) / kT
+        return -(torch.from_numpy(_cached_energies(mol, key, theta.double().cpu().numpy())).to(theta.device) - E_min) / kT
 
     corners = torch.remainder(nodes + math.pi / G, 2 * math.pi)  # half a cell off the nodes in both angles
     exact, interpolated = log_reward_exact(corners), log_reward(corners)

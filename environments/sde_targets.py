@@ -37,11 +37,11 @@ class GaussianMixture9:
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         k = torch.randint(9, (n,), generator=generator)
-        return self.means[k] + math.sqrt(self.variance) * torch.randn(n, self.dim, generator=generator)
+        return self.means.to(k.device)[k] + math.sqrt(self.variance) * torch.randn(n, self.dim, generator=generator, device=k.device)
 
     def mode_counts(self, x: Tensor, radius: float = 3.0) -> Tensor:
         """``[9]`` long: samples within ``radius`` standard deviations (Euclidean) of each mean."""
-        d = torch.linalg.vector_norm(x[:, None, :].float() - self.means, dim=-1)
+        d = torch.linalg.vector_norm(x[:, None, :].float() - self.means.to(x.device), dim=-1)
         return (d < radius * math.sqrt(self.variance)).sum(0)
 
 

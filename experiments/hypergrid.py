@@ -56,13 +56,13 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 
     history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
-    np.savez(out / "samples.npz", x=traj.terminal.numpy().astype(np.int64))
+    np.savez(out / "samples.npz", x=traj.terminal.cpu().numpy().astype(np.int64))
     p_T = terminating_distribution(graph, pf, states)
     l1 = l1_distance(p_T, target)
     plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['objective']}")
     if cfg["ndim"] == 2:
         shape = (cfg["height"], cfg["height"])
-        plot_grid_pair(target.reshape(shape).numpy(), p_T.reshape(shape).numpy(), out / "distribution.png", f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}")
+        plot_grid_pair(target.reshape(shape).cpu().numpy(), p_T.reshape(shape).cpu().numpy(), out / "distribution.png", f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}")
     return {
         "l1_to_target": l1,
         "log_Z_exact": log_Z_exact,

@@ -40,7 +40,7 @@ from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer, make_optimizer
+from gflownet_measure.training import Trainer, make_optimizer, seeded_generator
 from gflownet_measure.walkers import Walkers
 
 from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
@@ -203,7 +203,7 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
             print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
             continue
         graphs, thetas, seconds, extra = result
-        np.savez(out / f"baseline_{name}.npz", graphs=graphs.numpy().astype(np.uint8))
+        np.savez(out / f"baseline_{name}.npz", graphs=graphs.cpu().numpy().astype(np.uint8))
         m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
         if exact is not None:
             m |= feature_metrics(graphs, exact.features())
@@ -269,25 +269,25 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = trainer.run(resume)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
-    np.savez(out / "samples.npz", graphs=graphs.numpy().astype(np.uint8), thetas=thetas.numpy())
+    np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
     with torch.no_grad():
         if exact is not None:
             metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
         else:
             n_fit = min(cfg["fit_samples"], len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
-            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=torch.Generator().manual_seed(0), progress=True, n_orders=cfg["fit_orders"])
+            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"])
             metrics |= fit
             if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
                 metrics["heldout_nll_truth"] = problem.heldout_nll_truth
             if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
-                metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, torch.Generator().manual_seed(0))
+                metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": P}
     if exact is not None:
         metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
         if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
-            exact_draws = exact.sample(cfg["posterior_samples"], torch.Generator().manual_seed(int(torch.initial_seed())))
+            exact_draws = exact.sample(cfg["posterior_samples"], seeded_generator(int(torch.initial_seed())))
             metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
     metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out)
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
@@ -301,7 +301,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 
 def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
     """``edge_marginals.png``: the samples' edge frequencies (and each baseline's, from its ``baseline_<name>.npz``) beside the known graph."""
-    marginals = {"JSP-GFN": graphs.double().mean(0).numpy()}
+    marginals = {"JSP-GFN": graphs.double().mean(0).cpu().numpy()}
     for name in baseline_names(cfg):
         path = out / f"baseline_{name}.npz"
         if path.exists():
@@ -309,7 +309,7 @@ def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
                 marginals[BASELINE_NAMES[name]] = z["graphs"].astype(float).mean(0)
     names = list(problem.names) or [str(i) for i in range(problem.model.d)]
     reference = "consensus graph" if cfg["data"] == "sachs" else "true graph"
-    plot_edge_marginals(marginals, problem.true_adj.numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)")
+    plot_edge_marginals(marginals, problem.true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)")
 
 
 def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: int, n: int) -> None:

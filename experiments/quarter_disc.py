@@ -33,6 +33,7 @@ from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_densi
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import sample_backward, sample_forward
+from gflownet_measure.training import seeded_generator
 
 from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, final_samples, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
@@ -82,8 +83,8 @@ class Reference:
 
     @staticmethod
     def build(n: int, bandwidth: float, seed: int) -> "Reference":
-        points = torch.cartesian_prod(GRID, GRID)
-        gen = torch.Generator().manual_seed(seed)
+        points = torch.cartesian_prod(GRID, GRID).to(torch.get_default_device())  # GRID is built at import, on the CPU
+        gen = seeded_generator(seed)
         samples, control = (rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen) for _ in range(2))
         return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth, control, env.level_masses())
 
@@ -130,12 +131,12 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
     pf_img[inside] = log_p.double().exp()
     s1 = sample_backward(graph, pb, ref.samples).states[1]
     bins = max(4, int(math.sqrt(len(s1) / 30 * 4 / math.pi)))  # ~30 walks per cell of the quarter disc
-    hist, _, _ = np.histogram2d(s1[:, 0].numpy(), s1[:, 1].numpy(), bins=bins, range=[[0, rho], [0, rho]], density=True)
+    hist, _, _ = np.histogram2d(s1[:, 0].cpu().numpy(), s1[:, 1].cpu().numpy(), bins=bins, range=[[0, rho], [0, rho]], density=True)
     box, small = (0.0, 1.0, 0.0, 1.0), (0.0, rho, 0.0, rho)
     panels = [
-        ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).numpy(), box),
-        ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).numpy(), box),
-        ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).numpy(), small),
+        ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).cpu().numpy(), box),
+        ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).cpu().numpy(), box),
+        ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).cpu().numpy(), small),
         ("s1 of backward walks from R with P_B (same scale)", hist, small),
     ]
     plot_density_panels(panels, path, title, share=(2, 3))
@@ -157,7 +158,7 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
-    np.savez(out / "samples.npz", x=x.numpy())
+    np.savez(out / "samples.npz", x=x.cpu().numpy())
     label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from scipy import linalg
 
+from gflownet_measure.training import seeded_generator
+
 __all__ = ["mmd_rbf", "frechet_distance", "DigitsFeatures"]
 
 
@@ -46,7 +48,7 @@ class DigitsFeatures:
     full-batch Adam (lr 1e-2, 300 steps, seed 0, in a generator of its own so the run's random stream is untouched)."""
 
     def __init__(self, train: np.ndarray, labels: np.ndarray, steps: int = 300):
-        gen = torch.Generator().manual_seed(0)
+        gen = seeded_generator(0)
         self.hidden, self.out = torch.nn.Linear(64, 64), torch.nn.Linear(64, 10)
         with torch.no_grad():
             for layer in (self.hidden, self.out):
@@ -65,9 +67,9 @@ class DigitsFeatures:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """Hidden features ``[N, 64]`` of images ``x [N, 64]`` on the 0-16 scale."""
         with torch.no_grad():
-            return torch.relu(self.hidden(torch.as_tensor(x / 16.0, dtype=torch.float32))).double().numpy()
+            return torch.relu(self.hidden(torch.as_tensor(x / 16.0, dtype=torch.float32))).double().cpu().numpy()
 
     def accuracy(self, x: np.ndarray, labels: np.ndarray) -> float:
         with torch.no_grad():
-            pred = self.out(torch.as_tensor(self(x), dtype=torch.float32)).argmax(1).numpy()
+            pred = self.out(torch.as_tensor(self(x), dtype=torch.float32)).argmax(1).cpu().numpy()
         return float((pred == labels).mean())

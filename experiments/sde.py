@@ -33,7 +33,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
-from gflownet_measure.training import TrainingDiverged
+from gflownet_measure.training import TrainingDiverged, seeded_generator
 
 from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
@@ -143,8 +143,8 @@ def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
         dens = target.log_prob(pts).exp()
     else:  # marginal of (x0, x1): N(x0; 0, 1) N(x1; 0, e^{x0})
         dens = (-0.5 * pts[:, 0] ** 2 - 0.5 * pts[:, 1] ** 2 * torch.exp(-pts[:, 0]) - 0.5 * pts[:, 0] - LOG_2PI).exp()
-    ref = target.sample(len(x), torch.Generator().manual_seed(0)).numpy()
-    plot_sample_panels(dens.reshape(200, 200).numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
+    ref = target.sample(len(x), seeded_generator(0)).cpu().numpy()
+    plot_sample_panels(dens.reshape(200, 200).cpu().numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
@@ -158,7 +158,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 
     history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate, make_batches(gfn, graph, cfg))
     final = evaluate_bounds(gfn, graph, K)
-    x = final.pop("samples").numpy()
+    x = final.pop("samples").cpu().numpy()
     np.savez(out / "samples.npz", x=x)
     target = TARGETS[cfg["target"]]
     label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"
@@ -278,7 +278,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     for target in cfg["targets"].split(","):
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)):  # HMC: annealed importance sampling with HMC moves (no resampling)
             for k in range(cfg["seeds"]):
-                gen = torch.Generator().manual_seed(base_seed + k)
+                gen = seeded_generator(base_seed + k)
                 torch.manual_seed(base_seed + k)
                 opts = dict(SMC_SETTINGS[target]) | ({"n_moves": 1} if move == "hmc" else {})
                 r = annealed_smc(TARGETS[target].log_prob, TARGETS[target].dim, cfg["smc_particles"], cfg["smc_temps"], move=move, ess_threshold=threshold, generator=gen, **opts)

@@ -29,6 +29,7 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
+from gflownet_measure.training import seeded_generator
 
 from .common import TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
 from .memory import require_memory
@@ -112,7 +113,7 @@ def basin_errors(masses: dict, exact: dict) -> dict:
 
 
 def _image(ref: Reference, log_density: Tensor) -> np.ndarray:
-    return torch.softmax(log_density, 0).reshape(ref.G, ref.G).numpy() * (ref.G / (2 * math.pi)) ** 2  # density w.r.t. Haar
+    return torch.softmax(log_density, 0).reshape(ref.G, ref.G).cpu().numpy() * (ref.G / (2 * math.pi)) ** 2  # density w.r.t. Haar
 
 
 @optional_figure
@@ -152,8 +153,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal[:, :n].double()
-    np.savez(out / "samples.npz", x=x.numpy())
-    floor = ref.distances(ref.exact_draws(len(x), torch.Generator().manual_seed(torch.initial_seed())), "floor_")
+    np.savez(out / "samples.npz", x=x.cpu().numpy())
+    floor = ref.distances(ref.exact_draws(len(x), seeded_generator(torch.initial_seed())), "floor_")
     exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
     metrics = ref.distances(x, log_kde=log_kde) | floor | masses | exact | basin_errors(masses, exact) | {
         "log_Z_exact": ref.log_Z,

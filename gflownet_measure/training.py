@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from .distributed import ReplicaFinished, average_gradients, broadcast_parameters, gather_objects, is_main, replica_seed, world
 
-__all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "make_optimizer", "Trainer"]
+__all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "seeded_generator", "make_optimizer", "Trainer"]
 
 CHECKPOINTS = ("checkpoint.pt", "checkpoint.prev.pt")  # a run folder's last checkpoint and the one before it, newest first
 
@@ -51,6 +51,13 @@ def use_device(device: str | torch.device) -> None:
         torch.set_default_device(device)
     elif torch.get_default_device().type != "cpu":
         torch.set_default_device(None)  # an earlier call in this process set another device: drop its mode
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A generator seeded with ``seed`` on torch's default device (:func:`use_device`), so that the tensors it draws live
+    where the run computes. On CPU the same stream as ``torch.Generator().manual_seed(seed)``; on a GPU another one (CUDA
+    has its own generator), so draws from the same seed differ between devices."""
+    return torch.Generator(torch.get_default_device()).manual_seed(seed)
 
 
 def make_optimizer(model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None) -> torch.optim.Adam:

@@ -138,6 +138,7 @@ def make_problem(config: DagParamsConfig) -> Problem:
     def model_on(rows: Tensor, interventions: Tensor | None) -> CPDModel:
         return make_model(cpd, rows, obs_var=config.obs_var, prior_var=config.prior_var, graph_prior=config.graph_prior, edges_per_node=config.edges_per_node, interventions=interventions)
 
+    true_adj = None if true_adj is None else true_adj.to(torch.get_default_device())  # beside the sampled graphs (--device)
     return Problem(model_on(data, mask), None if valid is None else model_on(valid, valid_mask), true_adj, tuple(names), truth)
 
 

@@ -401,7 +401,10 @@ def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float 
     if unknown:
         raise ValueError(f"make_model: {name!r} takes no option {unknown}; its options: {own}")
     noise = {"obs_var": obs_var} if "obs_var" in inspect.signature(cls).parameters else {}
+    device = torch.get_default_device()  # data read or simulated on the CPU go where the run computes (--device)
+    data = data.to(device)
     if interventions is not None:
+        interventions = interventions.to(device)
         if not cls.interventional:
             raise ValueError(f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}")
         kw["interventions"] = interventions
@@ -428,7 +431,7 @@ def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_
     block = (d + 2) * hidden + 1
     theta = torch.where(mlp_active(adj, hidden, 1, 1), torch.from_numpy(rng.normal(size=d * block)), 0.0)
     noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
-    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64)
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
     for j in order.tolist():  # the parents of j are filled in; the other columns are masked
         x[:, j] = mlp_outputs(theta.view(d, block), x, hidden, 1)[:, j, 0] + noise[:, j]
     return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
@@ -455,7 +458,7 @@ def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha
     theta[:, net + 1] = math.log(obs_std)
     noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
     dropout = torch.from_numpy(rng.random((n_train + n_valid, d)) < alpha)
-    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64)
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
     for j in order.tolist():
         value = mlp_outputs(theta[:, :net], x, hidden, 1)[:, j, 0] + noise[:, j]
         x[:, j] = torch.where(dropout[:, j], 0.0, value)

@@ -106,7 +106,7 @@ def enumerate_dags(d: int, max_parents: int | None = None) -> Tensor:
     perms = torch.tensor(list(itertools.permutations(range(d))))  # [d!, d]
     # relabel node i as perm[i]: edge (i, j) -> bit perm[i] * d + perm[j]
     bits = 1 << (perms[:, iu] * d + perms[:, ju])  # [d!, m]
-    codes = patterns.long() @ bits.T  # [P, d!]
+    codes = (patterns.long()[:, None, :] * bits).sum(-1)  # [P, d!]; a sum, not a matmul: CUDA has no integer matmul
     dags = _decode(torch.unique(codes), d)
     return dags if max_parents is None else dags[dags.sum(-2).amax(-1) <= max_parents]
 

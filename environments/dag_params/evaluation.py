@@ -20,6 +20,8 @@ from sklearn.linear_model import RANSACRegressor
 from torch import Tensor
 from tqdm import tqdm
 
+from gflownet_measure.training import seeded_generator
+
 from .dags import FEATURES, dag_codes, weighted_features
 from .bayesnet import LinearGaussian
 from .exact import ExactPosterior
@@ -193,16 +195,16 @@ def posterior_metrics(policy: JSPPolicy, exact: ExactPosterior, graphs: Tensor, 
     idx = exact.index(graphs)
     net_out = policy.network(graphs.to(policy.network_dtype))
     dtype = net_out.stop_logit.dtype
-    log_pt = (log_pt_graph[idx] + net_out.theta.log_prob(thetas.to(dtype)).double()).numpy()
-    log_r = model.log_reward(graphs, thetas.double()).double().numpy()
+    log_pt = (log_pt_graph[idx] + net_out.theta.log_prob(thetas.to(dtype)).double()).cpu().numpy()
+    log_r = model.log_reward(graphs, thetas.double()).double().cpu().numpy()
     out["log_pt_vs_log_r_slope"], out["log_pt_vs_log_r_slope_robust"], out["log_pt_vs_log_r_r"] = _line_fit(log_r, log_pt)
-    estimated_graph = estimate_graph_log_marginal(policy, graphs, generator=torch.Generator().manual_seed(0))
+    estimated_graph = estimate_graph_log_marginal(policy, graphs, generator=seeded_generator(0))
     out["log_pt_estimate_abs_error"] = float((estimated_graph - log_pt_graph[idx]).abs().mean())
-    out["log_pt_vs_log_r_slope_robust_estimated"] = _line_fit(log_r, log_pt + (estimated_graph - log_pt_graph[idx]).numpy())[1]
+    out["log_pt_vs_log_r_slope_robust_estimated"] = _line_fit(log_r, log_pt + (estimated_graph - log_pt_graph[idx]).cpu().numpy())[1]
     if true_adj is not None:
         out["expected_shd"] = expected_shd(graphs, true_adj)
         out["auroc"] = auroc(estimated["edge"], true_adj)
-    arrays = {"log_pt": log_pt, "log_r": log_r, "edge_exact": exact_features["edge"].numpy(), "edge_model": estimated["edge"].numpy()}
+    arrays = {"log_pt": log_pt, "log_r": log_r, "edge_exact": exact_features["edge"].cpu().numpy(), "edge_model": estimated["edge"].cpu().numpy()}
     return out, arrays
 
 
@@ -263,7 +265,7 @@ def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, genera
     """
     log_pt_graph = estimate_graph_log_marginal(policy, graphs, n_orders=n_orders, generator=generator, progress=progress)
     net_out = policy.network(graphs.to(policy.network_dtype))
-    log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).numpy()
-    log_r = model.log_reward(graphs, thetas.double()).double().numpy()
+    log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).cpu().numpy()
+    log_r = model.log_reward(graphs, thetas.double()).double().cpu().numpy()
     out = dict(zip(("log_pt_vs_log_r_slope", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r"), _line_fit(log_r, log_pt)))
-    return out | {"fit_samples": len(graphs)}, {"log_pt": log_pt, "log_r": log_r, "n_edges": graphs.flatten(1).sum(1).numpy()}
+    return out | {"fit_samples": len(graphs)}, {"log_pt": log_pt, "log_r": log_r, "n_edges": graphs.flatten(1).sum(1).cpu().numpy()}

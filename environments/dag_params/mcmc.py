@@ -230,11 +230,16 @@ def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generat
         :class:`StructureProposal`; :math:`\\log \\alpha = \\log R(G', \\theta') - \\log R(G, \\theta)` + ``log_hastings``.
     """
     B, d = adj.shape[0], adj.shape[-1]
-    u_pick = torch.rand(B, dtype=torch.float64, generator=generator).numpy()
-    z = torch.randn(B, d * d, dtype=torch.float64, generator=generator).numpy()
+    u_pick = torch.rand(B, dtype=torch.float64, generator=generator).cpu().numpy()
+    z = torch.randn(B, d * d, dtype=torch.float64, generator=generator).cpu().numpy()
     flat = theta.detach().cpu().double().numpy().reshape(B, d * d)
     result = _propose(adj.bool().cpu().numpy(), flat, float(jump_std), u_pick, z, _MoveTable(d, max_parents))
     return StructureProposal(*(torch.from_numpy(np.ascontiguousarray(x)) for x in result))
+
+
+def _on(model, a: np.ndarray) -> Tensor:
+    """The chains' numpy array ``a`` as a tensor where ``model`` holds its data (the run's device)."""
+    return torch.from_numpy(a).to(model.data.device)
 
 
 class _GibbsDraws:
@@ -257,7 +262,7 @@ class _GibbsDraws:
         if hit is None:
             if len(self.cache) >= self.max_size:
                 self.cache.clear()
-            mean, cov = (x.double().numpy() for x in self.model.theta_posterior(torch.from_numpy(adj)))  # [d * d], [d, d, d]
+            mean, cov = (x.double().cpu().numpy() for x in self.model.theta_posterior(_on(self.model, adj)))  # [d * d], [d, d, d]
             mean = mean.reshape(self.d, self.d)
             scale = np.zeros((self.d, self.d, self.d))  # [j, i, k]: column j's noise is scale[j] @ z_j
             for j in range(self.d):
@@ -311,10 +316,10 @@ def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int,
     n_struct = n_theta = 0
 
     def active(a: np.ndarray) -> np.ndarray:
-        return model.active(torch.from_numpy(a)).numpy()
+        return model.active(_on(model, a)).cpu().numpy()
 
     def log_R(a: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return model.log_reward(torch.from_numpy(a), torch.from_numpy(t)).double().numpy()
+        return model.log_reward(_on(model, a), _on(model, t)).double().cpu().numpy()
 
     with torch.no_grad():
         cur = log_R(adj, theta)  # [C]

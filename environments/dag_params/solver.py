@@ -119,7 +119,7 @@ class SolverHead(nn.Module):
         self.register_buffer("groups", torch.empty(model.n_params, dtype=torch.long).index_put_((model.block_index().flatten(),), torch.arange(model.d).repeat_interleave(model.block)), persistent=False)  # coordinate -> node
         # theta_init: a fixed draw from the prior added to mu_0, so that the solver never starts where an MLP's ReLUs are all dead
         # (at theta = 0 every hidden unit is off and the gradient in W1, b1, W2 is 0: a saddle point the solver cannot leave)
-        self.register_buffer("theta_init", torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * model.prior_var**0.5)
+        self.register_buffer("theta_init", torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64, device="cpu").to(torch.get_default_device()) * model.prior_var**0.5)  # the same draw on every device
         # Newton steps where the model solves its Newton system exactly (it answers on an empty batch), CG otherwise: decided once
         self.newton = model.newton_direction(torch.zeros(0, model.d, model.d, dtype=torch.bool), torch.zeros(0, model.n_params, dtype=torch.float64)) is not None
 

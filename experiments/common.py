@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 import torch
+from torch import nn
 
 from gflownet_measure.options import Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.training import Trainer, TrainingDiverged, has_checkpoint, make_optimizer, seed_everything, use_device
+from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
 from .run_folder import load_run_config
@@ -224,20 +225,35 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):
     return torch.optim.lr_scheduler.StepLR(optimizer, cfg["lr_milestone"], gamma=cfg["lr_gamma"])
 
 
-def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None) -> list[dict]:
+def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None) -> list[dict]:
     """Train ``gfn`` with ``objective`` (its hyper-parameters from ``cfg``) with the shared optimiser, schedule, clipping and checkpoints.
 
-    ``batches(step)`` gives the batch of update ``step``; by default ``objective.sample`` draws ``cfg["batch_size"]`` fresh
-    trajectories with ``cfg["epsilon"]``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`).
+    ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
+    ``"trajectories"`` the default is ``objective.sample``: ``cfg["batch_size"]`` fresh trajectories with
+    ``cfg["epsilon"]``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`); any other kind
+    (``"data"``, ``"transitions"``) needs its source, e.g. :class:`environments.dag_params.replay.EdgeReplay`. A source
+    that is an ``nn.Module`` (a replay buffer, walkers) is checkpointed with the run, and restored on resume.
+
+    ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
+    checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``cfg["lr_logZ"]``, 0 where the
+    experiment has no such setting (an objective that learns no log Z).
     """
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"], cfg.get("lr_flow"))
+    if batches is None:
+        if objective.batch != "trajectories":
+            raise ValueError(f"objective {objective.name!r} trains on {objective.batch}: train_gflownet needs their source as batches=")
+
+        def batches(step: int):
+            return objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"])
+
+    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"))
     hyper = objective.options(cfg)
-    batches = batches or (lambda step: objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"]))
 
     def step_fn(step: int):
         return objective(gfn, batches(step), **hyper)
 
-    trainer = Trainer(gfn, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
+    held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
+    state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
+    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg), average)
     return trainer.run(resume)
 
 

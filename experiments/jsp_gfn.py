@@ -1,13 +1,15 @@
 """`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and CPD parameters (JSP-GFN).
 
-One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'): ``num_envs`` walkers of
-the core (:class:`~gflownet_measure.walkers.Walkers`) grow graphs under the behaviour policy (uniform with probability
-:math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to ``1 - min_exploration`` over the first ``anneal_fraction`` of
-training, half by default; 100% uniform during ``prefill``); their edge transitions fill a replay buffer; each update
-draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the registered
-undirected SubTB objective (eq. 8). The final sampler is scored against the exact posterior up to d = 5
-(:mod:`environments.dag_params.evaluation`), by held-out NLL, E-SHD, AUROC and the log P_T vs log R fit beyond, beside
-the baselines of the ``baseline`` setting on the same data.
+One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'), through the shared
+training path (:func:`~experiments.common.train_gflownet`): ``num_envs`` walkers grow graphs under the behaviour policy
+(uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to ``1 - min_exploration`` over the
+first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions fill a
+replay buffer (:class:`~environments.dag_params.replay.EdgeReplay`, the batch source of the ``transitions`` objective);
+each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the
+registered undirected SubTB objective (eq. 8), with a moving average of the weights (``ema``) as the sampler. The
+final sampler is scored against the exact posterior up to d = 5 (:mod:`environments.dag_params.evaluation`), by
+held-out NLL, E-SHD, AUROC and the log P_T vs log R fit beyond, beside the baselines of the ``baseline`` setting on the
+same data.
 
 ``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, P]``, the CPD model's flat
 parameters (for a linear model ``P = d^2``, row-major: the weight of i -> j at ``i d + j``, 0 where absent), from
@@ -23,8 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from baselines import structure as structure_baselines
 from environments import dag_params as env
@@ -34,16 +34,15 @@ from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
 from environments.dag_params.metrics import feature_metrics
 from environments.dag_params.dags import MAX_ENUMERATE
-from environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
-from environments.dag_params.states import join, split
-from gflownet_measure.buffers import TransitionBuffer
+from environments.dag_params.objective import UNDIRECTED_SUBTB
+from environments.dag_params.replay import EdgeReplay
+from environments.dag_params.states import split
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import Trainer, make_optimizer, seeded_generator
-from gflownet_measure.walkers import Walkers
+from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, make_scheduler, run_id, run_many
+from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
 from .memory import require_memory
 from .plots import copy_figure, optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
@@ -134,13 +133,6 @@ def _problem(space: env.DagParamsConfig) -> env.Problem:
         raise ConfigError(str(e)) from None
 
 
-def _log_reward(model, cfg: dict):
-    """``(adj, theta) -> log R`` for one update: the full-data reward, or the mini-batch estimate of eq. 13 on fresh rows (the same for both ends)."""
-    M = cfg["batch_size_data"]
-    rows = torch.randperm(model.n)[:M] if 0 < M < model.n else None
-    return lambda adj, theta: model.log_reward(adj, theta.double(), rows)
-
-
 def posterior_samples(graph, pf, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` pure-policy rollouts of the core: ``(graphs [n, d, d] bool, thetas [n, P])``, in chunks whose kernel atoms
     (``d^2`` states of ``D`` numbers per state) stay near 2^25 numbers."""
@@ -222,37 +214,13 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     problem = _problem(space)
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
-    gfn, hyper = GFlowNet(pf, pb), UNDIRECTED_SUBTB.options(cfg)  # the objective's view of the policies; state holds what is trained
-    model, d, P = problem.model, graph.kappa.d, problem.model.n_params
-    replay = TransitionBuffer(cfg["replay_capacity"], d * d)  # edge transitions: the graphs alone (theta is 0 at (G, #))
-    walkers = Walkers(graph, cfg["num_envs"])
-    state = nn.ModuleDict({"pf": pf, "replay": replay, "walkers": walkers})  # the checkpoint restores the replay buffer and the graphs being built too
-    ema = None
-    if cfg["ema"] > 0:  # Polyak averaging of the weights: steadier than the last iterate of a noisy optimiser
-        ema = state["ema"] = AveragedModel(pf, multi_avg_fn=get_ema_multi_avg_fn(cfg["ema"]))
+    model, d = problem.model, graph.kappa.d
+    replay = EdgeReplay(graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step))
+    if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
+        replay.prefill(cfg["prefill"])
+    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
     sampler = pf if ema is None else ema.module
-    optimizer = make_optimizer(pf, cfg["lr"], lr_logZ=cfg["lr"])  # the policy has no log Z: one group at lr
     exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
-
-    def collect(epsilon: float) -> None:
-        """One move of every walker (Algorithm 1's environments); the moves between intermediate states enter the replay."""
-        s, x, sink = walkers.step(pf, epsilon)
-        adj, _, _ = split(s, d)
-        adj_next, _, stopped = split(x, d)
-        edge = ~sink & ~stopped
-        replay.add(adj[edge].flatten(1), adj_next[edge].flatten(1))
-
-    if not resume:
-        for _ in range(cfg["prefill"]):
-            collect(1.0)
-
-    def step_fn(step: int):
-        if ema is not None:
-            ema.update_parameters(pf)  # the weights after the previous update
-        collect(exploration(cfg, step))
-        adj, adj_next = replay.sample(cfg["batch_size"])
-        s, s_next = join(adj.view(-1, d, d), P), join(adj_next.view(-1, d, d), P)
-        return UNDIRECTED_SUBTB(gfn, Transitions(s, s_next, _log_reward(model, cfg), model.n), **hyper)
 
     def scores(policy, prefix: str = "") -> dict:
         if exact is not None:
@@ -265,8 +233,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
 
-    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg))
-    history = trainer.run(resume)
+    history = train_gflownet(GFlowNet(pf, pb), graph, UNDIRECTED_SUBTB, cfg, out, resume, evaluate, replay, ema)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
     np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
@@ -283,7 +250,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
                 metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
-    metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": P}
+    metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": model.n_params}
     if exact is not None:
         metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
         if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import time
 import warnings
@@ -18,9 +19,12 @@ from tqdm import tqdm
 
 from .distributed import ReplicaFinished, average_gradients, broadcast_parameters, gather_objects, is_main, replica_seed, world
 
-__all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "seeded_generator", "make_optimizer", "WeightAverage", "Trainer"]
+__all__ = ["TrainingDiverged", "CheckpointError", "CHECKPOINTS", "TRUST_CHECKPOINTS", "has_checkpoint", "seed_everything", "use_device", "seeded_generator", "make_optimizer", "WeightAverage", "Trainer"]
 
 CHECKPOINTS = ("checkpoint.pt", "checkpoint.prev.pt")  # a run folder's last checkpoint and the one before it, newest first
+TRUST_CHECKPOINTS = "GFLOWNET_MEASURE_TRUST_CHECKPOINTS"
+"""Environment variable: set to 1 to resume from a checkpoint that holds pickled objects (one written before checkpoints
+became tensors and plain values). Unpickling such a file can run any code it carries: only for files you made."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -34,6 +38,33 @@ class CheckpointError(ValueError):
 def has_checkpoint(out_dir: Path) -> bool:
     """Whether ``out_dir`` holds a checkpoint to resume (:data:`CHECKPOINTS`): a run killed before its first starts afresh."""
     return any((Path(out_dir) / name).exists() for name in CHECKPOINTS)
+
+
+def _random_states() -> dict:
+    """This process's random states as tensors and plain values, so that a checkpoint loads with ``weights_only=True``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached], "python": random.getstate()}
+
+
+def _set_random_states(states: dict) -> None:
+    """Restore what :func:`_random_states` saved."""
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    torch.set_rng_state(states["torch"])
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    random.setstate(states["python"])
+
+
+def _read_checkpoint(path: Path) -> dict:
+    """``torch.load`` of ``path`` with ``weights_only=True``: tensors and plain values only, so reading a run folder from
+    elsewhere cannot run code. A file that needs more is a :class:`CheckpointError`, unless :data:`TRUST_CHECKPOINTS` is set."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "Weights only load failed" not in str(e):
+            raise  # a corrupt file
+        if os.environ.get(TRUST_CHECKPOINTS) == "1":
+            return torch.load(path, weights_only=False)
+        raise CheckpointError(f"--resume: {path} holds pickled objects (a checkpoint of an earlier version, or a file from elsewhere), and unpickling them can run code: refused; if you wrote it, resume with {TRUST_CHECKPOINTS}=1") from None
 
 
 def seed_everything(seed: int) -> None:
@@ -137,7 +168,7 @@ class Trainer:
 
     def _save(self, step: int, seconds: float) -> None:
         """Rank 0 writes ``checkpoint.pt`` with every replica's random state (a collective: every replica calls it)."""
-        rngs = gather_objects({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()})
+        rngs = gather_objects(_random_states())
         if not is_main():
             return
         state = {
@@ -163,7 +194,9 @@ class Trainer:
             if not path.exists():
                 continue
             try:
-                state = torch.load(path, weights_only=False)
+                state = _read_checkpoint(path)
+            except CheckpointError:
+                raise
             except Exception as e:  # a truncated or corrupt file: torch raises RuntimeError, EOFError or an unpickling error
                 errors.append(f"{path.name}: {type(e).__name__}")
                 continue
@@ -186,9 +219,7 @@ class Trainer:
         rank, size = world()
         rngs = [state["rng"], *state.get("replica_rng", [])]
         if rank == 0 or len(rngs) == size:  # this replica's own streams
-            torch.set_rng_state(rngs[rank]["torch"])
-            np.random.set_state(rngs[rank]["numpy"])
-            random.setstate(rngs[rank]["python"])
+            _set_random_states(rngs[rank])
         else:  # a resume at another world size: fresh, reproducible streams
             seed_everything(replica_seed(self.seed, rank, state["step"]))
         if is_main() and self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill

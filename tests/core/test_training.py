@@ -8,7 +8,7 @@ from environments import hypergrid
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import CheckpointError, Trainer, TrainingDiverged, WeightAverage, make_optimizer, seed_everything, use_device
+from gflownet_measure.training import TRUST_CHECKPOINTS, CheckpointError, Trainer, TrainingDiverged, WeightAverage, make_optimizer, seed_everything, use_device
 
 
 class Interrupt(Exception):
@@ -183,3 +183,26 @@ def test_an_objective_on_transitions_needs_its_batch_source(tmp_path):
     gfn = GFlowNet(*hypergrid.make_policies(g, cfg, hidden=8))
     with pytest.raises(ValueError, match="trains on transitions"):
         train_gflownet(gfn, g, UNDIRECTED_SUBTB, {"lr": 1e-3, "steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0, "lr_milestone": 0, "lr_gamma": 0.5}, tmp_path, False, dict)
+
+
+class _Planted:
+    """A pickled object in a checkpoint: unpickling it would run ``__reduce__``'s call (here harmless: ``list``)."""
+
+    def __reduce__(self):
+        return (list, ())
+
+
+def test_a_checkpoint_carrying_a_pickled_object_is_refused(tmp_path, monkeypatch):
+    """Checkpoints hold tensors and plain values (random states included) and are read with weights_only=True: a file
+    carrying any other pickled object is refused with a one-line error naming the variable that loads it knowingly."""
+    _interrupted(tmp_path / "b")
+    state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)  # what the Trainer writes loads safely
+    torch.save(state | {"planted": _Planted()}, tmp_path / "b" / "checkpoint.pt")
+    (tmp_path / "b" / "checkpoint.prev.pt").unlink()
+    _, t = _trainer(tmp_path / "b")
+    with pytest.raises(CheckpointError, match=f"pickled objects.*{TRUST_CHECKPOINTS}=1") as e:
+        t.run(resume=True)
+    assert "\n" not in str(e.value)
+    monkeypatch.setenv(TRUST_CHECKPOINTS, "1")
+    _, t = _trainer(tmp_path / "b")
+    assert [r["step"] for r in t.run(resume=True)] == [10, 20, 30]

@@ -22,13 +22,13 @@ from tqdm import tqdm
 
 from gflownet_measure.training import seeded_generator
 
-from .dags import FEATURES, dag_codes, weighted_features
+from .dags import FEATURES, dag_codes, transitive_closure, valid_edges, weighted_features
 from .bayesnet import LinearGaussian
 from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .policy import JSPPolicy
 
-__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "conditional_theta_metrics", "fit_metrics"]
+__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "fit_sample_count", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "conditional_theta_metrics", "fit_metrics"]
 
 
 @torch.no_grad()
@@ -54,68 +54,110 @@ def model_graph_log_marginals(policy: JSPPolicy, dags: Tensor, chunk: int = 4096
     return log_through + log_stop
 
 
-def _order_log_probs(policy: JSPPolicy, edges: Tensor, orders: Tensor, d: int) -> Tensor:
-    """:math:`\\sum_t \\log P_F(G_t \\mid G_{t-1})` ``[P]`` float64 of adding the ``edges [k]`` (flat indices into
-    ``d x d``) in each order ``orders [P, k]`` (positions into ``edges``), from the empty graph; the policy is
-    evaluated once per distinct partial graph."""
-    P, k = orders.shape
-    total = torch.zeros(P, dtype=torch.float64)
-    part = torch.zeros(P, d * d, dtype=torch.bool)
-    for t in range(k):
-        graphs, inverse = torch.unique(part, dim=0, return_inverse=True)
-        _, log_edge, _ = policy.heads(graphs.reshape(-1, d, d))
-        nxt = edges[orders[:, t]]  # [P]
-        total += log_edge.flatten(1).double()[inverse, nxt]
-        part[torch.arange(P), nxt] = True
-    return total
+def _structure_log_probs(policy: JSPPolicy, flat: Tensor, rows: int = 2048) -> tuple[Tensor, Tensor]:
+    """``(log P_F(G + e | G) [n, d^2], log P_F(stop | G) [n])`` float64 (eq. 9-10, :func:`~.policy.action_log_probs`) at
+    the graphs ``flat [n, d^2]`` bool, ``rows`` graphs per network call. The network's trunk alone: the parameter head
+    :math:`P_\\phi(\\theta | G)` plays no part in :math:`P_T(G)` (a solver head's Newton step was two thirds of the cost)."""
+    d = policy.kernel.d
+    log_edge = torch.empty(len(flat), d * d, dtype=torch.float64)
+    log_stop = torch.empty(len(flat), dtype=torch.float64)
+    for i in range(0, len(flat), rows):
+        adj = flat[i : i + rows].view(-1, d, d)
+        _, _, edge_logits, stop_logit = policy.network.trunk(adj.to(policy.network_dtype))
+        e, s = policy._log_probs(adj, edge_logits, stop_logit, valid_edges(adj, transitive_closure(adj), policy.kernel.max_parents))
+        log_edge[i : i + rows], log_stop[i : i + rows] = e.flatten(1), s
+    return log_edge, log_stop
+
+
+def _log_order_sums(policy: JSPPolicy, graphs: Tensor, beam: int, n_orders: int, generator: torch.Generator | None) -> Tensor:
+    """The estimate of :math:`\\log \\sum_{\\tau \\in \\mathrm{orders}(E)} P_F(\\tau)` ``[G]`` float64 of
+    :func:`estimate_graph_log_marginal` for the distinct graphs ``graphs [G, d^2]`` bool, all in lockstep: at step ``t``
+    the beams' prefixes of ``t`` edges and the random orders' prefixes of every graph still growing go through one
+    policy call on their distinct partial graphs (prefixes shared by several orders, or by an order and the beam, are
+    evaluated once). The orders are drawn graph by graph, ``torch.rand(n_orders, k)`` each for ``k > 1``, from ``generator``."""
+    G, dd = graphs.shape
+    ninf = float("-inf")
+    k = graphs.sum(1)  # [G]
+    K = int(k.max())
+    slots = torch.arange(K)
+    edges = torch.argsort((~graphs).to(torch.int8), dim=1, stable=True)[:, :K]  # [G, K]: the edges in row-major order, then padding
+    drawn = [(g, torch.rand(n_orders, int(k[g]), generator=generator).argsort(1)) for g in range(G) if k[g] > 1]  # uniform permutations
+    owner = torch.tensor([g for g, _ in drawn], dtype=torch.long).repeat_interleave(n_orders)  # [R]: the graph of each order
+    orders = torch.cat([torch.nn.functional.pad(o, (0, K - o.shape[1]), value=-1) for _, o in drawn]) if drawn else torch.zeros(0, K, dtype=torch.long)
+    part_is, log_is = torch.zeros(len(owner), dd, dtype=torch.bool), torch.zeros(len(owner), dtype=torch.float64)  # [R]: each order's prefix and its log P_F
+    paths, log_p = torch.zeros(G, 1, 0, dtype=torch.long), torch.zeros(G, 1, dtype=torch.float64)  # the beams: positions into edges
+    final, final_log_p = torch.full((G, beam, K), -1, dtype=torch.long), torch.full((G, beam), ninf, dtype=torch.float64)
+    final_log_p[k == 0, 0] = 0.0  # the empty graph: one empty order
+    for t in range(K):
+        W = paths.shape[1]
+        part = torch.zeros(G, W, dd, dtype=torch.bool)
+        part.scatter_(2, edges.gather(1, paths.flatten(1)).view(G, W, t), True)
+        at_beam = (k > t)[:, None] & (log_p > ninf)  # [G, W]: the prefixes kept (a row of fewer than W is padded with -inf)
+        at_is = (k > t)[owner]
+        distinct, where = torch.unique(torch.cat([part[at_beam], part_is[at_is]]), dim=0, return_inverse=True)
+        log_edge = _structure_log_probs(policy, distinct)[0]
+        n_beam = int(at_beam.sum())
+        step = torch.full((G, W, K), ninf, dtype=torch.float64)
+        step[at_beam] = log_edge[where[:n_beam]].gather(1, edges[at_beam.nonzero()[:, 0]])
+        used = torch.zeros(G, W, K, dtype=torch.bool).scatter_(2, paths, True) | (slots >= k[:, None])[:, None, :]
+        top = torch.where(used, ninf, log_p[:, :, None] + step).flatten(1).topk(min(beam, W * K), dim=1)  # extend every prefix by every edge it lacks
+        paths = torch.cat([paths.gather(1, (top.indices // K)[:, :, None].expand(-1, -1, t)), (top.indices % K)[:, :, None]], 2)
+        log_p = top.values
+        done = k == t + 1
+        final[done, : paths.shape[1], : t + 1], final_log_p[done, : paths.shape[1]] = paths[done], log_p[done]
+        rows = at_is.nonzero()[:, 0]
+        nxt = edges[owner[rows], orders[rows, t]]
+        log_is[rows] += log_edge[where[n_beam:], nxt]
+        part_is[rows, nxt] = True
+    log_beam = final_log_p.logsumexp(1)
+    kept = (final_log_p > ninf).nonzero()  # [(g, w)]: the orders of the beams, tagged by graph, against the drawn ones
+    _, member = torch.unique(torch.cat([torch.cat([kept[:, :1], final[kept[:, 0], kept[:, 1]]], 1), torch.cat([owner[:, None], orders], 1)]), dim=0, return_inverse=True)
+    terms = torch.where(torch.isin(member[len(kept) :], member[: len(kept)]), ninf, log_is)  # the orders outside the beam
+    peak = torch.full((G,), ninf, dtype=torch.float64).scatter_reduce(0, owner, terms, "amax")
+    peak = torch.where(peak > ninf, peak, torch.zeros_like(peak))
+    log_mean = torch.zeros(G, dtype=torch.float64).index_add(0, owner, (terms - peak[owner]).exp()).log() + peak + torch.lgamma(k + 1.0) - math.log(n_orders)
+    return torch.logaddexp(log_beam, log_mean)
 
 
 @torch.no_grad()
-def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None, progress: bool = False) -> Tensor:
+def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None, progress: bool = False, rows: int = 2**16) -> Tensor:
     """:math:`\\log P_T(G)` ``[B]`` float64 of the graphs ``adj [B, d, d]`` by the estimator of Deleu et al. 2023, D.3.2
     (docs/references.md, 'Beam-search estimate of log P_T (D.3.2)'), for spaces too large for :func:`model_graph_log_marginals`:
 
     .. math:: P_T(G) = P_F(\\text{stop} \\mid G) \\sum_{\\tau \\in \\mathrm{orders}(E)} P_F(\\tau),\\qquad
               \\sum_\\tau P_F(\\tau) \\approx \\sum_{\\tau \\in \\mathcal B} P_F(\\tau)
-              + \\frac{1}{M} \\sum_{m \\le M} \\frac{P_F(\\tau_m)}{P_B(\\tau_m)} 1[\\tau_m \\notin \\mathcal B].
+              + \\frac{|E|!}{M} \\sum_{m \\le M} P_F(\\tau_m)\\, 1[\\tau_m \\notin \\mathcal B].
 
     :math:`\\mathcal B`: the ``beam`` most probable orders of the edges of G found by beam search (the ``beam`` best
     prefixes kept at each length); :math:`\\tau_m`: ``n_orders`` orders drawn from the uniform :math:`P_B`, i.e.
     uniformly random permutations of E, :math:`P_B(\\tau) = 1 / |E|!`. The second term is unbiased for the orders
     outside the beam, so the sum is unbiased (its log is not); it is exact when :math:`|E|! \\le` ``beam``.
 
-    The cost grows with the edge count :math:`k`: about :math:`k` policy calls on ``beam`` graphs and :math:`k` on up to
-    ``n_orders`` graphs per distinct graph (minutes for a few hundred dense graphs at d = 20); ``progress`` shows a
-    tqdm bar over the distinct graphs.
+    Each distinct graph is estimated once, in groups of about ``rows / (beam + n_orders)`` graphs grown in lockstep
+    (:func:`_log_order_sums`). The policy evaluations are at most :math:`|E| (\\text{beam} + M)` per graph
+    (:func:`fit_sample_count`), fewer where prefixes coincide; their network calls run without the parameter head.
+    ``progress`` shows a tqdm bar over the distinct graphs.
     """
     d = adj.shape[-1]
     graphs, inverse = torch.unique(adj.bool().flatten(1), dim=0, return_inverse=True)  # samples repeat graphs: estimate each once
-    _, _, log_stop = policy.heads(graphs.reshape(-1, d, d))
-    out = torch.empty(len(graphs), dtype=torch.float64)
-    for g, flat in enumerate(tqdm(graphs, desc="log P_T (beam search)", mininterval=2.0, dynamic_ncols=True, disable=not progress)):
-        edges = flat.nonzero()[:, 0]  # [k]
-        k = len(edges)
-        paths, log_p = torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, dtype=torch.float64)
-        for t in range(k):  # beam search: extend every kept prefix by every edge it lacks
-            part = torch.zeros(len(paths), d * d, dtype=torch.bool)
-            part[torch.arange(len(paths))[:, None], edges[paths]] = True
-            _, log_edge, _ = policy.heads(part.reshape(-1, d, d))
-            used = torch.zeros(len(paths), k, dtype=torch.bool)
-            used[torch.arange(len(paths))[:, None], paths] = True
-            cand = torch.where(used, float("-inf"), log_p[:, None] + log_edge.flatten(1).double()[:, edges])  # [P, k]
-            top = cand.flatten().topk(min(beam, len(paths) * (k - t)))
-            paths = torch.cat([paths[top.indices // k], (top.indices % k)[:, None]], 1)
-            log_p = top.values
-        log_beam = log_p.logsumexp(0)
-        if k > 1:
-            orders = torch.rand(n_orders, k, generator=generator).argsort(1)  # uniform permutations
-            _, member = torch.unique(torch.cat([paths, orders]), dim=0, return_inverse=True)
-            outside = ~torch.isin(member[len(paths):], member[: len(paths)])
-            if outside.any():
-                log_is = _order_log_probs(policy, edges, orders[outside], d).logsumexp(0) + math.lgamma(k + 1) - math.log(n_orders)
-                log_beam = torch.logaddexp(log_beam, log_is)
-        out[g] = log_beam + log_stop[g].double()
+    out = _structure_log_probs(policy, graphs)[1]
+    per_group = max(1, rows // (beam + n_orders))
+    with tqdm(total=len(graphs), desc="log P_T (beam search)", mininterval=2.0, dynamic_ncols=True, disable=not progress) as bar:
+        for i in range(0, len(graphs), per_group):
+            out[i : i + per_group] += _log_order_sums(policy, graphs[i : i + per_group], beam, n_orders, generator)
+            bar.update(len(graphs[i : i + per_group]))
     return out[inverse]
+
+
+def fit_sample_count(n_edges: Tensor, budget: float, beam: int = 128, n_orders: int = 1000) -> int:
+    """How many leading samples of edge counts ``n_edges [K]`` :func:`estimate_graph_log_marginal` estimates within
+    ``budget`` policy evaluations: the largest :math:`n \\le K` with :math:`\\sum_{k < n} |E_k| (\\text{beam} + M) \\le`
+    ``budget`` (its bound: :math:`|E|` steps of at most ``beam`` prefixes and ``n_orders`` = M orders), at least 2 (a
+    line needs two points). Deterministic: the samples' edge counts decide it, not a clock."""
+    if budget <= 0:
+        raise ValueError(f"budget={budget}: the policy evaluations allowed must be positive")
+    cost = n_edges.double().cumsum(0) * (beam + n_orders)
+    return min(len(n_edges), max(2, int((cost <= budget).sum())))
 
 
 def _line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
@@ -254,18 +296,22 @@ def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, gr
 
 
 @torch.no_grad()
-def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False, n_orders: int = 1000) -> tuple[dict, dict]:
+def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False, n_orders: int = 1000, budget: float | None = None) -> tuple[dict, dict]:
     """:math:`\\log P_T(G_k, \\theta_k) = \\log \\hat P_T(G_k) + \\log P_\\phi(\\theta_k | G_k)` against :math:`\\log R(G_k, \\theta_k)`
     on samples, with :math:`\\hat P_T(G)` the beam-search + importance-sampling estimate (:func:`estimate_graph_log_marginal`):
     Deleu et al. 2023, Fig. 3c. A perfect sampler has :math:`\\log P_T = \\log R - \\log Z`: slope 1.
 
-    Returns ``({log_pt_vs_log_r_slope, _slope_robust (RANSAC), _r, fit_samples}, arrays)`` with ``log_pt``, ``log_r`` and
-    ``n_edges`` per sample (the figure colours points by edge count). ``progress``: a bar over the graphs (the estimate
-    is the slow part of a run's final evaluation at d = 20); ``n_orders``: of the importance-sampling term.
+    Returns ``({log_pt_vs_log_r_slope, _slope_robust (RANSAC), _r, fit_samples, fit_orders}, arrays)`` with ``log_pt``,
+    ``log_r`` and ``n_edges`` per sample (the figure colours points by edge count). ``progress``: a bar over the graphs;
+    ``n_orders``: of the importance-sampling term; ``budget``: the most policy evaluations of the estimate, which then
+    takes the first :func:`fit_sample_count` samples only (``fit_samples`` says how many; None: all).
     """
+    if budget is not None:
+        n = fit_sample_count(graphs.flatten(1).sum(1), budget, n_orders=n_orders)
+        graphs, thetas = graphs[:n], thetas[:n]
     log_pt_graph = estimate_graph_log_marginal(policy, graphs, n_orders=n_orders, generator=generator, progress=progress)
     net_out = policy.network(graphs.to(policy.network_dtype))
     log_pt = (log_pt_graph + net_out.theta.log_prob(thetas.to(net_out.stop_logit.dtype)).double()).cpu().numpy()
     log_r = model.log_reward(graphs, thetas.double()).double().cpu().numpy()
     out = dict(zip(("log_pt_vs_log_r_slope", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r"), _line_fit(log_r, log_pt)))
-    return out | {"fit_samples": len(graphs)}, {"log_pt": log_pt, "log_r": log_r, "n_edges": graphs.flatten(1).sum(1).cpu().numpy()}
+    return out | {"fit_samples": len(graphs), "fit_orders": n_orders}, {"log_pt": log_pt, "log_r": log_r, "n_edges": graphs.flatten(1).sum(1).cpu().numpy()}

@@ -77,7 +77,8 @@ class LinearGaussian(CPDBase):
         self.block = self.d  # node j's block: the weights of its column
         self.grams, self.counts = self._node_grams(self.data, None)  # [d, d, d] (C^(j) = X_{O_j}^T X_{O_j}), [d] (N_j)
         self._cache: dict[tuple[int, int], _Local] = {}
-        self._score_cache: dict[int, float] = {}
+        self._score_keys = torch.tensor([torch.iinfo(torch.long).max])  # the lookahead's cache (_scores_of): sorted keys, a sentinel last
+        self._score_values = torch.tensor([math.nan], dtype=torch.float64)
 
     def _node_grams(self, x: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
         """Per node ``j`` the Gram matrix of the rows ``x [M, d]`` that do not intervene on ``j`` and their count:
@@ -165,24 +166,38 @@ class LinearGaussian(CPDBase):
 
     # ---------------------------------------------------------------- closed forms, theta integrated out
 
+    def _closed_forms(self, nodes: Tensor, codes: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Eq. D.24 for ``m`` (child ``nodes[k]``, parent set ``{i : bit i of codes[k]}``) pairs at once: ``(log P(x_j | X_P) [m],
+        m_j [m, d], L [m, d, d], log det V_j [m], parents [m, d] bool)``, float64.
+
+        Each precision is padded to ``d x d``, :math:`V_j^{-1} = I/\\sigma_0^2 + C^{(j)}_{PP}/\\sigma^2` on the parents and the
+        identity elsewhere: the two blocks decouple, so the lower Cholesky factor ``L`` (:math:`L L^\\top` the padded
+        precision), the mean (0 off the parents, :math:`b = C^{(j)}_{Pj}/\\sigma^2` being 0 there) and
+        :math:`\\log\\det V_j = -2 \\sum_a \\log L_{aa}` are the parent block's, one batched factorisation for all pairs."""
+        d, rows = self.d, torch.arange(len(nodes))
+        parents = (codes[:, None] >> torch.arange(d)) & 1 > 0  # [m, d]
+        gram = self.grams[nodes]  # [m, d, d]: each child's rows that do not intervene on it
+        eye = torch.eye(d, dtype=torch.float64)
+        prec = torch.where(parents[:, :, None] & parents[:, None, :], eye / self.prior_var + gram / self.obs_var, eye)
+        chol = torch.linalg.cholesky(prec)
+        b = torch.where(parents, gram[rows, :, nodes] / self.obs_var, 0.0)  # [m, d]: X_P^T x / sigma^2
+        mean = torch.cholesky_solve(b[..., None], chol)[..., 0]
+        log_det_v = -2.0 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+        k = parents.sum(-1, dtype=torch.float64)  # (a long times a float would be float32)
+        log_marginal = -0.5 * (self.counts[nodes] * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + gram[rows, nodes, nodes] / self.obs_var - (b * mean).sum(-1))
+        return log_marginal, mean, chol, log_det_v, parents
+
     def _local(self, node: int, code: int) -> _Local:
-        """The cached :class:`_Local` of child ``node`` with parent set ``{i : bit i of code}``."""
+        """The cached :class:`_Local` of child ``node`` with parent set ``{i : bit i of code}`` (:meth:`_closed_forms`, cut to the parents)."""
         key = (node, code)
         if key not in self._cache:
-            parents = torch.tensor([i for i in range(self.d) if code >> i & 1], dtype=torch.long)
-            k = len(parents)
-            gram = self.grams[node]  # the rows that do not intervene on the node
-            g_pp = gram[parents][:, parents]  # [k, k]: X_P^T X_P
-            b = gram[parents, node] / self.obs_var  # [k]: X_P^T x / sigma^2
-            prec = torch.eye(k, dtype=torch.float64) / self.prior_var + g_pp / self.obs_var  # V^{-1}
-            chol = torch.linalg.cholesky(prec)
-            mean = torch.cholesky_solve(b[:, None], chol)[:, 0]
-            log_det_v = -2.0 * float(chol.diagonal().log().sum())
-            xx = float(gram[node, node])
-            log_marginal = -0.5 * (float(self.counts[node]) * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + xx / self.obs_var - float(b @ mean))
-            entropy = 0.5 * (k * (LOG_2PI + 1.0) + log_det_v)
-            gap = 0.5 * (float(prec.diagonal().log().sum()) + log_det_v)
-            self._cache[key] = _Local(parents, log_marginal, mean, torch.cholesky_inverse(chol), chol, entropy, gap)
+            log_marginal, mean, chol, log_det_v, on = (v[0] for v in self._closed_forms(torch.tensor([node]), torch.tensor([code])))
+            parents = on.nonzero()[:, 0]
+            chol, log_det_v = chol[parents][:, parents], float(log_det_v)
+            prec_diag = 1.0 / self.prior_var + self.grams[node].diagonal()[parents] / self.obs_var  # (V^{-1})_ii
+            entropy = 0.5 * (len(parents) * (LOG_2PI + 1.0) + log_det_v)
+            gap = 0.5 * (float(prec_diag.log().sum()) + log_det_v)
+            self._cache[key] = _Local(parents, float(log_marginal), mean[parents], torch.cholesky_inverse(chol), chol, entropy, gap)
         return self._cache[key]
 
     def _parent_codes(self, adj: Tensor) -> Tensor:
@@ -214,25 +229,34 @@ class LinearGaussian(CPDBase):
         """:math:`g_{ij} = \\log P(G + (i \\to j), D) - \\log P(G, D) = \\log P(x_j | X_{\\mathrm{Pa}(j) \\cup i}) - \\log P(x_j | X_{\\mathrm{Pa}(j)}) + \\log\\frac{p}{1-p}`
         ``[B, d, d]`` float64 for ``adj [B, d, d]`` (any value where ``i`` is already a parent of ``j`` or ``i = j``: the
         caller masks the invalid edges). Only node ``j``'s local term changes (JSP-GFN eq. D.24); the local terms are
-        cached per (node, parent set), so a graph costs ``d^2`` look-ups after the first visits."""
-        B, d = adj.shape[0], self.d
+        cached per (node, parent set) (:meth:`_scores_of`), so a graph costs ``d^2`` look-ups after the first visits."""
+        d = self.d
         codes = self._parent_codes(adj.bool())  # [B, d(j)]
-        bits = 1 << torch.arange(d)  # [d(i)]
-        grown = codes[:, None, :] | bits[None, :, None]  # [B, i, j]: the parent set of j with i added
-        keys = torch.cat([codes.flatten() * d + torch.arange(d).repeat(B), (grown * d + torch.arange(d)).flatten()])
-        uniq, inverse = torch.unique(keys, return_inverse=True)
-        scores = self._scores_of(uniq.tolist())
-        before, after = scores[inverse[: B * d]].view(B, 1, d), scores[inverse[B * d :]].view(B, d, d)
+        grown = codes[:, None, :] | (1 << torch.arange(d))[None, :, None]  # [B, i, j]: the parent set of j with i added
+        nodes = torch.arange(d)
+        before, after = self._scores_of(codes * d + nodes)[:, None, :], self._scores_of(grown * d + nodes)
         return after - before + self.log_edge_odds
 
-    def _scores_of(self, keys: list[int]) -> Tensor:
-        """:math:`\\log P(x_j | X_P)` for keys ``code * d + j``, float64 ``[len(keys)]``, from a cache of floats (the
-        :class:`_Local` cache keeps the moments too, which the lookahead does not need)."""
-        cache = self._score_cache
-        for key in keys:
-            if key not in cache:
-                cache[key] = self._local(key % self.d, key // self.d).log_marginal
-        return torch.tensor([cache[key] for key in keys], dtype=torch.float64)
+    def _scores_of(self, keys: Tensor) -> Tensor:
+        """:math:`\\log P(x_j | X_P)` for keys ``code * d + j`` (long, any shape), float64 of the same shape.
+
+        The cache is two tensors, the keys sorted (ending with a sentinel, the largest long, so that a search never
+        runs off the end) and their scores: a batch of keys is one ``searchsorted``; the missing ones are computed in one
+        batch (:meth:`_closed_forms`) and merged in order. The :class:`_Local` cache keeps the moments too, which the
+        lookahead does not need."""
+        known = self._score_keys
+        pos = torch.searchsorted(known, keys)
+        missing = known[pos] != keys
+        if missing.any():
+            new = torch.unique(keys[missing])
+            fresh = torch.zeros(len(known) + len(new), dtype=torch.bool)
+            fresh[torch.searchsorted(known, new) + torch.arange(len(new))] = True
+            merged_keys, merged_scores = torch.empty(len(fresh), dtype=torch.long), torch.empty(len(fresh), dtype=torch.float64)
+            merged_keys[fresh], merged_keys[~fresh] = new, known
+            merged_scores[fresh], merged_scores[~fresh] = self._closed_forms(new % self.d, new // self.d)[0], self._score_values
+            self._score_keys, self._score_values = merged_keys, merged_scores
+            pos = torch.searchsorted(merged_keys, keys)
+        return self._score_values[pos]
 
     def local_log_marginal(self, node: int, parents) -> float:
         """:math:`\\log P(x_j | X_P) = \\log \\mathcal N(x_j; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)` (JSP-GFN eq. D.24).

@@ -32,11 +32,9 @@ def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_s
     eq. C.21 is path-wise, as in the public JSP-GFN code: :math:`\\theta_s = \\mu + \\sigma \\varepsilon_s` keeps its graph, so
     :math:`\\nabla_\\theta[\\log R - \\log P_\\phi]` at :math:`\\theta_s` moves :math:`\\phi` both through the density and through the
     point where it is evaluated."""
-    S, B = n_samples, adj.shape[0]
     with torch.set_grad_enabled(with_penalty):
-        theta = out.theta.rsample((S,))  # [S, B, P], differentiable in phi for the penalty only
-    adj_s = adj.expand(S, *adj.shape).flatten(0, 1)
-    log_R = log_reward(adj_s, theta.flatten(0, 1)).reshape(S, B).to(log_stop.dtype)
+        theta = out.theta.rsample((n_samples,))  # [S, B, P], differentiable in phi for the penalty only
+    log_R = log_reward(adj, theta).to(log_stop.dtype)  # [S, B]: the graphs broadcast, their active coordinates found once
     pen = None
     if with_penalty:
         (g,) = torch.autograd.grad((log_R - out.theta.log_prob(theta)).sum(), theta, create_graph=True)
@@ -54,8 +52,8 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
 
     with :math:`\\Delta_{ij}` the residual of :func:`~gflownet_measure.losses.undirected_subtb_residual` for
     :math:`\\theta_j` at :math:`G` and :math:`\\theta'_i` at :math:`G'`, ``scale`` = :math:`N`, and
-    :math:`\\log P_B(G | G')` from ``pb`` (uniform over the edges of :math:`G'`). ``log_reward(adj, theta) -> [B]``
-    (a mini-batch estimate when the data are sub-sampled: the same rows for both ends).
+    :math:`\\log P_B(G | G')` from ``pb`` (uniform over the edges of :math:`G'`). ``log_reward(adj [B, d, d], theta [S, B, P]) -> [S, B]``
+    (broadcasting as a CPD model's :meth:`~.cpds.CPDModel.log_reward` does; a mini-batch estimate when the data are sub-sampled: the same rows for both ends).
     """
     d = policy.kernel.d
     adj, _, _ = split(s, d)
@@ -77,7 +75,7 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
 
 class Transitions(NamedTuple):
     """A batch of replayed edge transitions :math:`G \\to G'` (intermediate states ``[B, D]``) and what scores them:
-    ``log_reward(adj, theta) -> [B]`` and ``scale`` = :math:`N`, the :math:`1/N` of eq. 8."""
+    ``log_reward(adj [B, d, d], theta [S, B, P]) -> [S, B]`` (broadcasting) and ``scale`` = :math:`N`, the :math:`1/N` of eq. 8."""
 
     s: Tensor
     s_next: Tensor

@@ -1,8 +1,8 @@
 """The `gflownet-measure` command line: list, run, check.
 
 ``check`` takes a registered environment or a space of one's own, ``MODULE:FACTORY``
-(:func:`~experiments.user_space.load_user_space`); a module or factory that does not load, raises or returns something
-else than a graph is a user error as well.
+(:func:`~experiments.user_space.load_user_space`), and ``run`` trains one (:func:`~experiments.user_run.user_experiment`);
+a module or factory that does not load, raises or returns something else than a graph is a user error as well.
 
 User errors (unknown names, presets, keys, values out of range, unreadable inputs, a run folder that holds another
 run, a checkpoint of another run) print one line and exit with code 2, before anything in the run folder is touched;
@@ -34,6 +34,7 @@ from .cluster import require_ray
 from .launch import launch_replicas
 from .run_folder import RunFolder, load_run_config
 from .settings import ConfigError, build, parse_assignments, resolve
+from .user_run import user_experiment
 from .user_space import load_user_space
 
 PROG = "gflownet-measure"
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="experiments and environments, with presets")
     r = sub.add_parser("run", help="run an experiment, writing a run folder")
-    r.add_argument("name")
+    r.add_argument("name", help="a registered experiment (see `list`), or MODULE:FACTORY / PATH.py:FACTORY: a space of your own, trained (docs/tutorial.md, section 8)")
     r.add_argument("--preset", default=None, help=f"settings preset (default {DEFAULTS['preset']})")
     r.add_argument("--seed", type=int, default=None, help=f"seed of every generator, 0 to {MAX_SEED} (default 0)")
     r.add_argument("--out", default=None, help="run folder (default runs/NAME-<timestamp>); must be new or empty, unless --resume or --overwrite")
@@ -125,7 +126,7 @@ def _saved_run(out: Path, name: str) -> dict:
 
 def cmd_run(args) -> int:
     """One run; under ``torchrun`` (or ``--world-size N``, which launches it) one replica of a data-parallel run."""
-    exp = get_experiment(args.name)
+    exp = user_experiment(args.name) if ":" in args.name else get_experiment(args.name)
     if args.out == "":
         raise ConfigError("--out '' names no folder; give a run folder, e.g. --out runs/my-run")
     out = None if args.out is None else Path(args.out)

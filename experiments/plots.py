@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
+__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_terminal_samples", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
 
 
 class FigureWarning(UserWarning):
@@ -56,15 +56,21 @@ def _finish(fig, path: Path, title: str) -> None:
 
 
 @optional_figure
-def plot_history(history: list[dict], key: str, path: Path, title: str, log_y: bool = True) -> None:
-    """``key`` against trajectories seen, one point per evaluation."""
+def plot_history(history: list[dict], key: str | list[str], path: Path, title: str, log_y: bool = True) -> None:
+    """``key`` (or each of several keys, with a legend) against trajectories seen, one point per evaluation."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    xs = [r["trajectories"] for r in history if key in r]
-    ys = [r[key] for r in history if key in r]
-    ax.plot(xs, ys, marker="o", ms=3)
+    keys = [key] if isinstance(key, str) else key
+    ys_all = []
+    for k in keys:
+        xs = [r["trajectories"] for r in history if k in r]
+        ys = [r[k] for r in history if k in r]
+        ys_all += ys
+        ax.plot(xs, ys, marker="o", ms=3, label=k)
     ax.set_xlabel("trajectories sampled")
-    ax.set_ylabel(key)
-    if log_y and all(y > 0 for y in ys):
+    ax.set_ylabel(keys[0] if len(keys) == 1 else "value")
+    if len(keys) > 1:
+        ax.legend(fontsize=7)
+    if log_y and all(y > 0 for y in ys_all):
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -229,3 +235,19 @@ def plot_edge_marginals(marginals: dict[str, np.ndarray], truth: np.ndarray, nam
     fig.suptitle(title)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+@optional_figure
+def plot_terminal_samples(x: np.ndarray, path: Path, title: str) -> None:
+    """The coordinates of terminal states ``x [K, D]`` that vary: a histogram of one, or a scatter of the first two."""
+    varying = [j for j in range(x.shape[1]) if np.ptp(x[:, j]) > 0]
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    if len(varying) == 1:
+        ax.hist(x[:, varying[0]], bins=60, density=True)
+        ax.set_xlabel(f"coordinate {varying[0]}")
+        ax.set_ylabel("density")
+    elif varying:
+        ax.scatter(x[:, varying[0]], x[:, varying[1]], s=2, alpha=0.4)
+        ax.set_xlabel(f"coordinate {varying[0]}")
+        ax.set_ylabel(f"coordinate {varying[1]}")
+    _finish(fig, path, title)

@@ -54,8 +54,13 @@ class PointedGraph:
         return (x == self.source.to(x)).all(-1)
 
     def checked_log_reward(self, x: Tensor) -> Tensor:
-        """``log_reward(x)``, raising a one-line ``ValueError`` where it is NaN or ``+inf``."""
+        """``log_reward(x)``, raising a one-line ``ValueError`` where its shape is not ``[B]`` (a ``[B, 1]`` would
+        broadcast against ``[B]`` terms into a ``[B, B]`` residual and train silently to a wrong log Z) or a value is NaN
+        or ``+inf``."""
         log_r = self.log_reward(x)
+        if not isinstance(log_r, Tensor) or log_r.shape != x.shape[:1]:
+            got = tuple(log_r.shape) if isinstance(log_r, Tensor) else type(log_r).__name__
+            raise ValueError(f"{self.name}: log_reward returned {list(got) if isinstance(got, tuple) else got} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)")
         bad = torch.isnan(log_r) | (log_r == float("inf"))
         if bad.any():
             i = int(bad.nonzero()[0])

@@ -36,10 +36,9 @@ from environments.dag_params.metrics import feature_metrics
 from environments.dag_params.dags import MAX_ENUMERATE
 from environments.dag_params.objective import UNDIRECTED_SUBTB
 from environments.dag_params.replay import EdgeReplay
-from environments.dag_params.states import split
+from environments.dag_params.sampling import posterior_samples
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
-from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import WeightAverage, seeded_generator
 
 from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
@@ -69,6 +68,7 @@ SETTINGS = {
     "exact": Setting("auto", "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)", choices=("auto", "on", "off")),
     "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
     "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
+    "fit_budget": Setting(4.0, "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly", low=0.0),
     "fit_orders": Setting(1000, "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it", low=1),
     "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3, linear models), mh (MH-MC3, joint theta moves, every model), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib); none. What cannot run is skipped (baselines.json says why)"),
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
@@ -131,19 +131,6 @@ def _problem(space: env.DagParamsConfig) -> env.Problem:
         return env.make_problem(space)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-
-
-def posterior_samples(graph, pf, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``n`` pure-policy rollouts of the core: ``(graphs [n, d, d] bool, thetas [n, P])``, in chunks whose kernel atoms
-    (``d^2`` states of ``D`` numbers per state) stay near 2^25 numbers."""
-    d, D = graph.kappa.d, graph.state_dim
-    chunk = max(1, min(1000, 2**25 // (d * d * D)))
-    gs, ts = [], []
-    for k in range(0, n, chunk):
-        adj, theta, _ = split(sample_forward(graph, pf, min(chunk, n - k)).terminal, d)
-        gs.append(adj)
-        ts.append(theta)
-    return torch.cat(gs), torch.cat(ts)
 
 
 def baseline_names(cfg: dict) -> list[str]:
@@ -243,7 +230,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         else:
             n_fit = min(cfg["fit_samples"], len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
-            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"])
+            budget = cfg["fit_budget"] * cfg["steps"] * (2 * cfg["batch_size"] + cfg["num_envs"]) if cfg["fit_budget"] > 0 else None
+            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget)
             metrics |= fit
             if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
                 metrics["heldout_nll_truth"] = problem.heldout_nll_truth

@@ -4,11 +4,18 @@ usage: PYTHONPATH=. python benchmarks/jsp_vs_jax.py --jax-checkout PATH --jax-py
            [--batch 64] [--theta-samples 64] [--n-data 100] [--updates 30] [--warmup 10] [--rounds 3] [--cpu 0] [--seed 0]
            [--out benchmarks/results/jsp_vs_jax.json]
 
-The JAX side needs a checkout of the public code (``git clone https://github.com/tristandeleu/jax-jsp-gfn``; nothing of
-it is copied here) and an interpreter with its dependencies. The versions that run its code unchanged on Python 3.11:
-``pip install jax==0.4.13 jaxlib==0.4.13 dm-haiku==0.0.10 chex==0.1.82 optax==0.1.4 jraph gym==0.26.2 pandas "numpy<1.27" "scipy<1.12"``
+The JAX side needs a checkout of the public code at commit d53b3b6 (``git clone https://github.com/tristandeleu/jax-jsp-gfn``;
+nothing of it is copied here) and an interpreter with its dependencies. ``benchmarks/setup_jax_peer.sh`` makes both (by
+default in ../jax-jsp-gfn and ../jax-jsp-gfn-venv, beside this repository) and prints this script's command line. The
+versions that run the public code unchanged on Python 3.11 (the script's pins):
+``pip install jax==0.4.13 jaxlib==0.4.13 ml_dtypes==0.2.0 dm-haiku==0.0.10 chex==0.1.82 optax==0.1.4 jraph==0.0.6.dev0
+gym==0.26.2 pandas==2.2.3 numpy==1.26.4 scipy==1.11.4 tqdm==4.67.1``
 (optax 0.1.4 is the public code's pin and needs a JAX that still has ``jnp.DeviceArray``, removed after 0.4.13;
-``numpy<2`` because the public code uses ``np.float_``).
+``ml_dtypes<0.3`` for that JAX; ``numpy<2`` because the public code uses ``np.float_``).
+
+At d = 20 (``--d 20``; both sides: uniform graph prior, no limit on parents, ER2 data, noise variance 0.01): one
+iteration takes about a second on the JAX side, its warm-up minutes of XLA compilation (``DAGGFlowNet.step`` anew per
+padded graph size; about 2 min in all on one loaded CPU), so fewer iterations fit: e.g. ``--d 20 --updates 10 --warmup 3 --rounds 2``.
 
 What one iteration is, on each side (the same work; d, B, S, N and the data are the same):
 
@@ -23,7 +30,10 @@ The data are the training rows of a run (``make_problem``: ER2 graph, N rows, no
 ``.npy`` file for the JAX side. Each side runs in a fresh interpreter pinned to CPU ``--cpu`` (``sched_setaffinity``),
 one torch thread / XLA without its thread pool, ``--warmup`` untimed iterations (XLA's compilation falls there) and
 ``--updates`` timed ones; ``--rounds`` rounds in the order ours, theirs, theirs, ours, ... so that a drift in the
-machine's load falls on both. Reported: the median over all timed iterations of each side and the ratio ours / theirs.
+machine's load falls on both. Reported: the median over all timed iterations of each side and the ratio ours / theirs;
+beside it, from JAX's own log (``jax_log_compiles``), how many of the JAX side's timed iterations held an XLA
+compilation (the public code pads each batch's graphs to a power of two of edges, and each new size compiles anew) and
+its median without them.
 Precision differs: JAX computes in float32, ours the reward in float64 (the closed forms' exactness at d <= 5).
 Figures are printed and written (``--out`` JSON and the same name with ``.md``), never asserted.
 """
@@ -31,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import statistics
@@ -70,6 +81,19 @@ def measure_jax(spec: dict) -> dict:
     from dag_gflownet.utils.jraph_utils import to_graphs_tuple
     from dag_gflownet.utils.replay_buffer import ReplayBuffer
 
+    compiled = []  # seconds of each XLA compilation, from JAX's own log (jax_log_compiles), not from a guess
+
+    class _Compilations(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if message.startswith("Finished XLA compilation of "):
+                compiled.append(float(message.rsplit(" in ", 1)[1].split()[0]))
+
+    jax.config.update("jax_log_compiles", True)
+    jax_log = logging.getLogger("jax")
+    jax_log.addHandler(_Compilations())
+    jax_log.propagate = False  # counted, not printed
+
     x = np.load(spec["data"]).astype(np.float32)
     N, d = x.shape
     data = Dataset(data=jnp.asarray(x), interventions=jnp.zeros_like(jnp.asarray(x)))
@@ -106,12 +130,15 @@ def measure_jax(spec: dict) -> dict:
     t = time.perf_counter()
     losses = [iteration() for _ in range(spec["warmup"])]
     warmup_s = time.perf_counter() - t
-    times = []
+    untimed = len(compiled)
+    times, compiles = [], []  # compiles[i]: XLA compilations within timed iteration i (a new padded graph size)
     for _ in range(spec["updates"]):
+        before = len(compiled)
         t = time.perf_counter()
         losses.append(iteration())
         times.append(time.perf_counter() - t)
-    return {"side": "jax", "times": times, "setup_s": setup_s, "warmup_s": warmup_s, "last_loss": losses[-1],
+        compiles.append(len(compiled) - before)
+    return {"side": "jax", "times": times, "compiles": compiles, "untimed_compiles": untimed, "untimed_compile_s": sum(compiled[:untimed]), "setup_s": setup_s, "warmup_s": warmup_s, "last_loss": losses[-1],
             "jax": jax.__version__, "dtype": str(jnp.zeros(()).dtype), "load1": os.getloadavg()[0]}
 
 
@@ -165,6 +192,11 @@ def markdown(result: dict) -> str:
     for side in ("ours", "ours+penalty", "jax"):
         r = s[side]
         lines.append(f"| {side} | {r['median'] * 1e3:.1f} | {r['min'] * 1e3:.1f} | {r['median'] / s['jax']['median']:.2f} |")
+    j = s["jax"]
+    if "compiling_iterations" in j:
+        steady = "none" if j["median_without_compiles"] is None else f"{j['median_without_compiles'] * 1e3:.1f} ms"
+        lines += ["", f"JAX: {j['compiling_iterations']} of its {j['n']} timed iterations held an XLA compilation (a new padded graph size); "
+                  f"its median without them: {steady}."]
     return "\n".join(lines) + "\n"
 
 
@@ -218,13 +250,18 @@ def main(argv: list[str] | None = None) -> dict:
                     got = [_child(sys.executable, "--child-ours", common | {"penalty": p}, a.timeout) for p in (False, True)]
                 for g in got:
                     runs.append(g | {"round": r})
-                    print(f"  round {r}: {g['side']:<13} {statistics.median(g['times']) * 1e3:8.1f} ms/iteration (load {g['load1']:.2f})", flush=True)
+                    compiles = f"; XLA compilations: {g['untimed_compiles']} untimed ({g['untimed_compile_s']:.0f} s), {sum(g['compiles'])} timed" if side == "jax" else ""
+                    print(f"  round {r}: {g['side']:<13} {statistics.median(g['times']) * 1e3:8.1f} ms/iteration (load {g['load1']:.2f}{compiles})", flush=True)
     summary = {}
     for side in ("ours", "ours+penalty", "jax"):
         times = [t for g in runs if g["side"] == side for t in g["times"]]
         summary[side] = {"median": statistics.median(times), "min": min(times), "n": len(times)}
     for side in ("ours", "ours+penalty"):
         summary[side]["ratio_to_jax"] = summary[side]["median"] / summary["jax"]["median"]
+    jax_runs = [g for g in runs if g["side"] == "jax"]
+    steady = [t for g in jax_runs for t, c in zip(g["times"], g["compiles"]) if c == 0]
+    summary["jax"] |= {"compiling_iterations": sum(c > 0 for g in jax_runs for c in g["compiles"]),
+                       "median_without_compiles": statistics.median(steady) if steady else None}
     jax_run = next(g for g in runs if g["side"] == "jax")
     meta |= {"jax": jax_run["jax"], "jax_dtype": jax_run["dtype"], "load_end": os.getloadavg()[0], "wall_s": time.perf_counter() - t0}
     result = {"meta": meta, "summary": summary, "runs": runs}

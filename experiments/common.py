@@ -236,7 +236,8 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
 
     ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
     checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``cfg["lr_logZ"]``, 0 where the
-    experiment has no such setting (an objective that learns no log Z).
+    experiment has no such setting (an objective that learns no log Z); a learned P_B at ``cfg["lr_backward"]`` where
+    the experiment has it and it is not 0 (else at ``lr``).
     """
     if batches is None:
         if objective.batch != "trajectories":
@@ -245,7 +246,7 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
         def batches(step: int):
             return objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"])
 
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"))
+    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"), cfg.get("lr_backward") or None)
     hyper = objective.options(cfg)
 
     def step_fn(step: int):

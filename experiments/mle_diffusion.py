@@ -44,6 +44,10 @@ SETTINGS = {
     "data_dir": Setting("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True),
     **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
     **{k: v for k, v in TRAINING_SETTINGS.items() if k not in ("lr_logZ", "lr_flow")},  # no log Z, no state flow
+    "backward_rule": Setting("elbo", "how a learned P_B trains (learn_backward=true): elbo (the same bound as P_F, path-wise through reparametrised walks) or tbc (MLE-GFN, Zhang et al. 2023a: trajectory-balance consistency over tbc_samples walks per point, P_F by the bound with P_B held)", choices=("elbo", "tbc")),
+    "tbc_weight": Setting(1.0, "backward_rule=tbc: alpha, the weight of the consistency term", low=0.0),
+    "tbc_samples": Setting(2, "backward_rule=tbc: K backward walks per data point (the batch holds batch_size x K walks)", low=2),
+    "lr_backward": Setting(0.0, "Adam learning rate of a learned P_B (0 = lr); the theory paper's appendix C.6: 2e-5 against 2e-4 for P_F", low=0.0),
     "eval_points": Setting(0, "held-out points for the final NLL bounds (0 = the whole test set)", low=0),
     "iw_samples": Setting(64, "K: backward trajectories per held-out point for the importance-weighted bound", low=1),
     "monitor_points": Setting(256, "held-out points of the bound logged at each evaluation (one trajectory each)", low=1),
@@ -55,8 +59,9 @@ PRESETS = {
     "quick": {"data": "moons", "n_steps": 20, "hidden": 64, "steps": 800, "batch_size": 256, "lr": 3e-3, "eval_every": 200, "eval_points": 1000, "iw_samples": 16, "n_samples": 2000},
     # the CPU comparison: an MLP denoiser (width 256) on the 64 pixels of the digits, T = 10 (about 10 minutes a run on one thread)
     "digits": {"data": "digits", "n_steps": 10, "hidden": 256, "steps": 1000, "batch_size": 64, "lr": 2e-3, "lr_milestone": 400, "lr_gamma": 0.5, "eval_every": 250, "iw_samples": 64, "n_samples": 1000},
-    # Lahlou et al. 2023 section 4.5: ImageNet-32, T = 100; an MLP (not the paper's U-Net), meant for a GPU
-    "paper": {"data": "imagenet32", "n_steps": 100, "hidden": 2048, "steps": 100000, "batch_size": 128, "lr": 2e-4, "eval_every": 5000, "eval_points": 10000, "iw_samples": 16, "monitor_points": 512, "n_samples": 1000},
+    # Lahlou et al. 2023 section 4.5 and appendix C.6: ImageNet-32, T = 100, MLE-GFN's rule, lr 2e-4 (P_F) and 2e-5 (P_B);
+    # an MLP (not the paper's U-Net), meant for a GPU; 100,000 of the paper's 200,000 updates
+    "paper": {"data": "imagenet32", "n_steps": 100, "hidden": 2048, "steps": 100000, "batch_size": 128, "lr": 2e-4, "lr_backward": 2e-5, "backward_rule": "tbc", "eval_every": 5000, "eval_points": 10000, "iw_samples": 16, "monitor_points": 512, "n_samples": 1000},
 }
 
 
@@ -84,14 +89,25 @@ def data_states(x: torch.Tensor, n_steps: int) -> torch.Tensor:
     return torch.cat([x, torch.full((len(x), 1), float(n_steps + 1), dtype=x.dtype)], 1)
 
 
+def objective_of(cfg: dict):
+    """The registered objective of a run: ``mle_tbc`` for a learned P_B under ``backward_rule=tbc``, else ``mle``."""
+    return get_objective("mle_tbc" if cfg["learn_backward"] and cfg["backward_rule"] == "tbc" else "mle")
+
+
 def make_batches(gfn: GFlowNet, graph, data: DataSet, cfg: dict):
-    """``step -> Batch``: ``batch_size`` training points (fresh dequantisation), walked back with :math:`P_B`, reparametrised when it is learned."""
-    walk = rsample_backward if cfg["learn_backward"] else sample_backward
+    """``step -> Batch``: ``batch_size`` training points (fresh dequantisation) walked back with :math:`P_B`: once each,
+    reparametrised when :math:`P_B` is learned by the bound; ``tbc_samples`` times each, not reparametrised, under
+    MLE-GFN's rule (the K blocks of :func:`~gflownet_measure.objectives` ``mle_tbc``)."""
+    tbc = objective_of(cfg).name == "mle_tbc"
+    pathwise = cfg["learn_backward"] and not tbc
+    walk = rsample_backward if pathwise else sample_backward
 
     def batches(step: int) -> Batch:
         idx = torch.randint(len(data.train), (cfg["batch_size"],), device="cpu").numpy()  # the training set stays in host memory
         x = data.to_model(data.train[idx])
-        return Batch(graph, walk(graph, gfn.pb, data_states(x, cfg["n_steps"])), pathwise=cfg["learn_backward"])
+        if tbc:
+            x = x.repeat(cfg["tbc_samples"], 1)
+        return Batch(graph, walk(graph, gfn.pb, data_states(x, cfg["n_steps"])), pathwise=pathwise)
 
     return batches
 
@@ -169,12 +185,12 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         elbo, _ = log_likelihood_bounds(graph, gfn.pf, gfn.pb, monitor, 1)
         return {k: v for k, v in _nll_metrics(data, elbo, elbo).items() if "bound" in k and not k.endswith("_se")}
 
-    history = train_gflownet(gfn, graph, get_objective("mle"), cfg | {"lr_logZ": 0.0}, out, resume, evaluate, make_batches(gfn, graph, data, cfg))
+    history = train_gflownet(gfn, graph, objective_of(cfg), cfg, out, resume, evaluate, make_batches(gfn, graph, data, cfg))
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
     x = _samples(graph, gfn, cfg["n_samples"])
     phi = gfn.pb.phi.detach().cpu()
     np.savez(out / "samples.npz", x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy())
-    row = "learned P_B" if cfg["learn_backward"] else "fixed P_B (DDPM)"
+    row = f"learned P_B ({cfg['backward_rule']})" if cfg["learn_backward"] else "fixed P_B (DDPM)"
     plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
     _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")
     return {
@@ -194,11 +210,16 @@ register(Experiment("mle-diffusion", "diffusion model as a GFlowNet trained from
 
 # --- The comparison of Table 4: learned against fixed P_B, same steps and seeds -----------------------------
 
-ROWS = (("learned P_B (MLE-GFN)", True), ("fixed P_B (DDPM)", False))
+ROWS = (
+    ("learned P_B, TBC (MLE-GFN)", "tbc", {"learn_backward": True, "backward_rule": "tbc"}),
+    ("learned P_B, bound", "elbo", {"learn_backward": True, "backward_rule": "elbo"}),
+    ("fixed P_B (DDPM)", "fixed", {"learn_backward": False}),
+)
+"""The rows: label, sub-folder, the settings that make them; the last is the baseline the others are paired with."""
 PAPER = "Lahlou et al. 2023, Table 4 (ImageNet-32, T = 100, U-Net): NLL 4.57 -> 4.47 bits/dim, FID 17.65 -> 16.36 (fixed -> learned P_B)"
 
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k != "learn_backward"} | {
-    "seeds": Setting(3, "seeds per row: --seed, --seed + 1, ... (each seed trains both rows)", low=1),
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("learn_backward", "backward_rule")} | {
+    "seeds": Setting(3, "seeds per row: --seed, --seed + 1, ... (each seed trains every row)", low=1),
     **EXECUTION_SETTINGS,
 }
 TABLE_PRESETS = {
@@ -209,7 +230,7 @@ TABLE_PRESETS = {
 
 
 def _validate_table(cfg: dict) -> None:
-    _validate({k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)} | {"learn_backward": True})
+    _validate({k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)} | {"learn_backward": True, "backward_rule": "tbc"})
 
 
 def _stats(v: list[float]) -> tuple[float, float | None]:
@@ -223,15 +244,17 @@ def _cell(mean: float, std: float | None, sign: str = "") -> str:
 
 
 def run_table(cfg: dict, out: Path, resume: bool) -> dict:
-    """Both rows over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with the paired differences."""
+    """Every row over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with each learned
+    row's differences from the fixed one, paired by seed."""
     base_seed = torch.initial_seed()
     common = {k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)}
-    keys = [(label, learn, base_seed + k) for k in range(cfg["seeds"]) for label, learn in ROWS]
-    jobs = [SubRun(out / ("learned" if learn else "fixed") / f"seed{seed}", seed, common | {"learn_backward": learn}) for label, learn, seed in keys]
+    keys = [(label, folder, base_seed + k) for k in range(cfg["seeds"]) for label, folder, _ in ROWS]
+    made = {folder: overrides for _, folder, overrides in ROWS}
+    jobs = [SubRun(out / folder / f"seed{seed}", seed, common | {"backward_rule": "elbo"} | made[folder]) for label, folder, seed in keys]
     finished = run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])
     unit = "bpd" if "bpd_bound" in finished[0] else "nll"
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
-    by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _ in ROWS}
+    by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _, _ in ROWS}
     history = [{"step": i + 1, "trajectories": 0, "row": label, "seed": seed, **{n: m[n] for n in names}} for i, ((label, _, seed), m) in enumerate(zip(keys, finished))]
     metrics, lines = {}, [f"{cfg['data']}: mean ± sample std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})", f"{'row':<24}" + "".join(f"{n:>22}" for n in names)]
     for label, vals in by_row.items():
@@ -243,15 +266,17 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
                 metrics[f"{n}/{label}/std"] = std
             cells.append(_cell(mean, std))
         lines.append(f"{label:<24}" + "".join(cells))
-    (learned, _), (fixed, _) = ROWS
-    diff_cells = []
-    for n in names:  # paired by seed: the same seed trains both rows
-        mean, std = _stats([a - b for a, b in zip(by_row[learned][n], by_row[fixed][n])])
-        metrics[f"{n}/difference/mean"] = mean
-        if std is not None:
-            metrics[f"{n}/difference/std"] = std
-        diff_cells.append(_cell(mean, std, "+"))
-    lines += [f"{'learned - fixed (paired)':<24}" + "".join(diff_cells), f"paper: {PAPER}"]
+    fixed = ROWS[-1][0]
+    for learned, folder, _ in ROWS[:-1]:
+        diff_cells = []
+        for n in names:  # paired by seed: the same seed trains every row
+            mean, std = _stats([a - b for a, b in zip(by_row[learned][n], by_row[fixed][n])])
+            metrics[f"{n}/{folder}-fixed/mean"] = mean
+            if std is not None:
+                metrics[f"{n}/{folder}-fixed/std"] = std
+            diff_cells.append(_cell(mean, std, "+"))
+        lines.append(f"{folder + ' - fixed (paired)':<24}" + "".join(diff_cells))
+    lines.append(f"paper: {PAPER}")
     table = "\n".join(lines) + "\n"
     (out / "table.txt").write_text(table)
     print(table)
@@ -264,4 +289,4 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics | {"seeds": cfg["seeds"]}
 
 
-register(Experiment("mle-diffusion-table", "Table 4: learned against fixed (DDPM) P_B over seeds, held-out NLL and sample quality, paired differences", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))
+register(Experiment("mle-diffusion-table", "Table 4: learned P_B (MLE-GFN's TBC rule, and the bound) against fixed (DDPM) over seeds, held-out NLL and sample quality, paired differences", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw", "neg_elbo"]
+__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw", "neg_elbo", "tb_consistency"]
 
 
 def square(r: Tensor) -> Tensor:
@@ -181,3 +181,21 @@ def neg_elbo(log_pf: Tensor, log_pb: Tensor, mask: Tensor) -> Tensor:
     with :math:`\\log R = 0`.
     """
     return -((log_pf - log_pb) * mask).sum(0)
+
+
+def tb_consistency(log_ratio: Tensor) -> Tensor:
+    """The trajectory-balance consistency of MLE-GFN's backward policy (Zhang et al. 2023a, eq. 33), ``[B]``, from the log
+    ratios ``log_ratio [K, B]`` of ``K`` backward trajectories of each of ``B`` data points,
+    :math:`r_k = \\mathrm{sg}[\\log P_F(\\tau_k)] - \\log P_B(\\tau_k | x)`:
+
+    .. math:: \\mathcal L_B(x) = \\frac{1}{K (K - 1)} \\sum_{j \\ne k} (r_j - r_k)^2 = \\frac{2}{K - 1} \\sum_k (r_k - \\bar r)^2,
+
+    the mean squared difference over ordered pairs (twice the unbiased variance; for ``K = 2`` the squared difference of
+    the two log ratios, as both public implementations write it). Zero exactly when :math:`P_F(\\tau) / P_B(\\tau | x)` is
+    the same for every trajectory ending at :math:`x`, i.e. when :math:`P_B(\\tau | x) = P_F(\\tau) / P_T(x)`, the
+    backward policy that makes the bound of :func:`neg_elbo` tight. ``K >= 2``.
+    """
+    K = log_ratio.shape[0]
+    if K < 2:
+        raise ValueError(f"tb_consistency needs K >= 2 backward trajectories per point, got {K}")
+    return 2.0 / (K - 1) * (log_ratio - log_ratio.mean(0)).square().sum(0)

@@ -22,8 +22,9 @@ an experiment asks the objective instead of deciding for it:
 ``OBJECTIVES`` (``dict[str, Objective]``): every registered objective, by name; :func:`register` adds one,
 :func:`get_objective` reads one (a one-line ``ValueError`` naming the valid ones otherwise) and
 :func:`objective_names` lists them by kind. This module registers ``tb``, ``db``, ``subtb``, ``fm`` (the balance
-conditions of Definition 7), ``vargrad``, the divergences ``reverse_kl`` and ``forward_kl``, and ``mle`` (maximum
-likelihood of data, on trajectories walked back from data points); environments may add
+conditions of Definition 7), ``vargrad``, the divergences ``reverse_kl`` and ``forward_kl``, ``mle`` (maximum
+likelihood of data, on trajectories walked back from data points) and ``mle_tbc`` (MLE-GFN's rule for a learned
+backward policy); environments may add
 their own (JSP-GFN's on transitions).
 """
 from __future__ import annotations
@@ -268,6 +269,26 @@ def _mle(gfn: GFlowNet, batch: Batch) -> Tensor:
     return losses.neg_elbo(log_pf, log_pb, batch.traj.mask).mean()
 
 
+def _mle_tbc(gfn: GFlowNet, batch: Batch, tbc_weight: float, tbc_samples: int) -> Tensor:
+    """MLE-GFN as Zhang et al. 2023a define it (Algorithm 1; eq. 28 and 33): :math:`P_F` by maximum likelihood through the
+    bound with :math:`P_B` held fixed, and :math:`P_B` by trajectory-balance consistency,
+
+    .. math:: \\mathcal L = \\frac{1}{KB} \\sum_{k, b} -\\big(\\log P_F(\\tau_{kb}) - \\mathrm{sg}[\\log P_B(\\tau_{kb} | x_b)]\\big)
+       \\;+\\; \\alpha\\, \\frac1B \\sum_b \\mathcal L_B(x_b)
+
+    with :math:`\\mathcal L_B` of :func:`~gflownet_measure.losses.tb_consistency` on :math:`r_{kb} = \\mathrm{sg}[\\log P_F(\\tau_{kb})]
+    - \\log P_B(\\tau_{kb} | x_b)`, :math:`\\alpha` = ``tbc_weight``. The batch holds ``tbc_samples`` = K backward walks of
+    each of B points, point-major within each of the K blocks (trajectory ``k B + b`` ends at point ``b``), drawn without
+    reparametrisation (:func:`~gflownet_measure.rollout.sample_backward`): :math:`P_B` learns through the log-densities of
+    its sampled actions only, and :math:`P_F` only through the first term. No reward, no :math:`\\log Z`: they cancel.
+    """
+    log_pf, log_pb = _densities(gfn, batch)
+    m = batch.traj.mask
+    f, b = (log_pf * m).sum(0), (log_pb * m).sum(0)
+    mle = -(f - b.detach()).mean()
+    return mle + tbc_weight * losses.tb_consistency((f.detach() - b).view(tbc_samples, -1)).mean()
+
+
 register(Objective("tb", _tb, "trajectory balance with a learned log Z (Malkin et al. 2022; eq. 19)"))
 register(Objective("db", _db, "detailed balance with a learned state flow (Bengio et al. 2023; eq. 18)", needs_flow=True))
 register(Objective("subtb", _subtb, "sub-trajectory balance, lambda^(j-i)-weighted (Madan et al. 2023)", needs_flow=True, hyper={"subtb_lambda": 0.9}))
@@ -276,3 +297,4 @@ register(Objective("vargrad", _vargrad, "log-variance of the log-weights, TB wit
 register(Objective("reverse_kl", _reverse_kl, "KL(P_F || P*): path-wise on-policy, importance-weighted score function off-policy (section 4.2)", divergence=True, needs_scores=True, pathwise=True, log_Z=None))
 register(Objective("forward_kl", _forward_kl, "KL(P* || P_F) by self-normalised importance weights (section 4.2)", divergence=True, needs_scores=True, log_Z=None))
 register(Objective("mle", _mle, "maximum likelihood of data through the variational bound, P_B learned or fixed (Zhang et al. 2023a; section 4.5)", divergence=True, log_Z=None, batch="data"))
+register(Objective("mle_tbc", _mle_tbc, "MLE-GFN: P_F by the bound, P_B by trajectory-balance consistency over K backward walks per point (Zhang et al. 2023a, eq. 33)", divergence=True, log_Z=None, batch="data", hyper={"tbc_weight": 1.0, "tbc_samples": 2}))

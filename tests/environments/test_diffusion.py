@@ -89,6 +89,52 @@ def test_learned_backward_policy_gets_path_wise_gradients():
     assert "pb.phi" not in dict(fixed.named_parameters())  # the DDPM baseline: phi = 0 frozen, a buffer
 
 
+def _tbc_batch(graph, gfn, x: torch.Tensor, K: int, T: int) -> Batch:
+    """K backward walks of each point of ``x``, in K blocks of the points (the layout ``mle_tbc`` reads)."""
+    return Batch(graph, sample_backward(graph, gfn.pb, _at_data(x.repeat(K, 1), T)))
+
+
+def test_tbc_loss_at_k_2_is_the_mle_term_plus_the_squared_difference_of_two_log_ratios():
+    """MLE-GFN (Zhang et al. 2023a, eq. 33) at K = 2, written out from the core's log-densities: the loss is
+    -mean(log P_F - log P_B) + alpha mean_b (r_1b - r_2b)^2 with r = log P_F - log P_B per trajectory."""
+    torch.manual_seed(3)
+    T, B = 3, 6
+    _, graph, gfn = _model(2, T, learn=True)
+    batch = _tbc_batch(graph, gfn, torch.randn(B, 2), 2, T)
+    loss = OBJECTIVES["mle_tbc"](gfn, batch, tbc_weight=0.7, tbc_samples=2)
+    from gflownet_measure.rollout import log_densities
+
+    log_pf, log_pb = log_densities(batch.traj, gfn.pf, gfn.pb)
+    m = batch.traj.mask
+    r = ((log_pf - log_pb) * m).sum(0).detach().double()  # [2 B]
+    expected = -r.mean() + 0.7 * (r[:B] - r[B:]).square().mean()
+    # float32 log-densities summed over T steps: a relative 1e-5 of losses of tens of nats
+    assert float(loss.detach()) == pytest.approx(float(expected), rel=1e-5)
+    assert float((r[:B] - r[B:]).abs().min()) > 0  # the consistency term is not identically zero
+
+
+def test_tbc_moves_p_b_by_its_log_densities_and_p_f_by_the_bound_alone():
+    """The consistency term's gradient does not reach P_F; P_F's gradient is the bound's with P_B held; P_B's
+    parameters get a gradient under the rule (from the log-densities of the sampled, non-reparametrised walks)."""
+    torch.manual_seed(4)
+    T, B, K = 3, 5, 3
+    _, graph, gfn = _model(2, T, learn=True)
+    batch = _tbc_batch(graph, gfn, torch.randn(B, 2), K, T)
+    pf_params = [p for p in gfn.pf.parameters() if p.requires_grad]
+
+    def grads(loss):
+        gfn.zero_grad(set_to_none=True)
+        loss.backward()
+        return [None if p.grad is None else p.grad.clone() for p in pf_params], gfn.pb.phi.grad
+
+    with_tbc, phi_grad = grads(OBJECTIVES["mle_tbc"](gfn, batch, tbc_weight=5.0, tbc_samples=K))
+    without, phi_without = grads(OBJECTIVES["mle_tbc"](gfn, batch, tbc_weight=0.0, tbc_samples=K))
+    for a, b in zip(with_tbc, without):
+        torch.testing.assert_close(a, b)  # the same gradient whatever alpha: L_B does not reach P_F
+    assert phi_grad is not None and bool((phi_grad != 0).any())
+    assert phi_without is None or bool((phi_without == 0).all())  # with alpha = 0 nothing moves P_B (its log P_B is held in the bound)
+
+
 def test_bits_per_dim_of_the_uniform_density_is_eight():
     """A uniform density on [-1, 1]^64 (model units) is uniform on [0, 256)^64: exactly 8 bits per dimension on the 0-255 scale."""
     digits = load_data("digits")

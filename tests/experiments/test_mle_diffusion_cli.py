@@ -25,16 +25,19 @@ def test_run_writes_the_contract(tmp_path):
         assert z["x"].shape == (60, 64) and z["phi"].shape == (3,)
 
 
-def test_table_pairs_the_two_rows(tmp_path):
+def test_table_pairs_each_learned_rule_with_the_fixed_row(tmp_path):
     out = tmp_path / "table"
     assert main(["run", "mle-diffusion-table", "--out", str(out), "--threads", "1", "--set", *TINY, "data=ring", "seeds=1"]) == 0
     check_contract(out)
     m = json.loads((out / "metrics.json").read_text())
-    learned, fixed = m["nll_bound/learned P_B (MLE-GFN)/mean"], m["nll_bound/fixed P_B (DDPM)/mean"]
-    assert m["nll_bound/difference/mean"] == pytest.approx(learned - fixed)
-    assert "nll_bound/difference/std" not in m  # one seed: no spread to report
-    assert "learned - fixed (paired)" in (out / "table.txt").read_text()
-    assert json.loads((out / "fixed" / f"seed{json.loads((out / 'config.json').read_text())['seed']}" / "metrics.json").read_text())["phi_max"] == 0.0
+    fixed = m["nll_bound/fixed P_B (DDPM)/mean"]
+    for label, folder in (("learned P_B, TBC (MLE-GFN)", "tbc"), ("learned P_B, bound", "elbo")):
+        assert m[f"nll_bound/{folder}-fixed/mean"] == pytest.approx(m[f"nll_bound/{label}/mean"] - fixed)
+        assert f"nll_bound/{folder}-fixed/std" not in m  # one seed: no spread to report
+        assert f"{folder} - fixed (paired)" in (out / "table.txt").read_text()
+    seed = json.loads((out / "config.json").read_text())["seed"]
+    phi = {folder: json.loads((out / folder / f"seed{seed}" / "metrics.json").read_text())["phi_max"] for folder in ("tbc", "elbo", "fixed")}
+    assert phi["fixed"] == 0.0 and phi["tbc"] != 0.0 and phi["elbo"] != 0.0 and phi["tbc"] != phi["elbo"]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -146,6 +146,25 @@ def sample_quality(data: DataSet, x: torch.Tensor) -> dict:
 
 
 @optional_figure
+def _variance_figure(runs: list[tuple[str, Path]], path: Path, title: str) -> None:
+    """P_B's noising variances :math:`\\log \\beta_t = \\log \\bar\\beta_t + \\varphi_t` per step ``t`` of each row's runs
+    (``samples.npz``'s ``log_beta``; one line per seed), the fixed row being DDPM's schedule itself."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    colours: dict[str, str] = {}
+    for label, npz in runs:
+        with np.load(npz) as z:
+            log_beta = z["log_beta"]
+        first = label not in colours
+        colour = colours.setdefault(label, f"C{len(colours)}")
+        ax.plot(np.arange(1, len(log_beta) + 1), log_beta, color=colour, marker="o", ms=3, alpha=0.7, label=label if first else None)
+    ax.set_xlabel("step t (x_{t-1} -> x_t)")
+    ax.set_ylabel("log beta_t")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    _finish(fig, path, title)
+
+
+@optional_figure
 def _image_grid(data: DataSet, samples: np.ndarray, path: Path, title: str) -> None:
     """Held-out images beside model samples, 10 x 10 each (grey levels; the first channel of colour images as RGB)."""
     C, H, W = data.image_shape
@@ -286,6 +305,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     with np.load(first / "samples.npz") as z:
         np.savez(out / "samples.npz", **dict(z))
     copy_figure(first / "samples.png", out / "samples.png")
+    _variance_figure([(label, job.out / "samples.npz") for (label, _, _), job in zip(keys, jobs)], out / "variances.png", f"{cfg['data']}, T = {cfg['n_steps']}: P_B's noising variances, every seed")
     return metrics | {"seeds": cfg["seeds"]}
 
 

@@ -38,6 +38,7 @@ def test_table_pairs_each_learned_rule_with_the_fixed_row(tmp_path):
     seed = json.loads((out / "config.json").read_text())["seed"]
     phi = {folder: json.loads((out / folder / f"seed{seed}" / "metrics.json").read_text())["phi_max"] for folder in ("tbc", "elbo", "fixed")}
     assert phi["fixed"] == 0.0 and phi["tbc"] != 0.0 and phi["elbo"] != 0.0 and phi["tbc"] != phi["elbo"]
+    assert (out / "variances.png").exists()  # log beta_t per step, every row
 
 
 @pytest.mark.parametrize("argv, message", [

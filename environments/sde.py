@@ -33,8 +33,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 from torch.distributions import Distribution, Independent, Normal
+from torch.nn import functional as F
 
-from gflownet_measure.densities import Policy
+from gflownet_measure.densities import KernelDensity, Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
@@ -135,7 +136,14 @@ def _zero_last(net: nn.Sequential, bias: float = 0.0) -> nn.Sequential:
 class PISNetwork(nn.Module):
     """The PIS drift network: 2-layer MLPs on ``x`` and on a 128-dim Fourier feature of ``t``, then a 3-layer MLP on their concatenation.
 
-    The last layer is zero-initialised, so training starts from the reference process (:math:`\\mu = 0`).
+    .. math:: f(x, t) = W_3\\, g(W_2\\, g(W_1\\, g([h_x(x); h_t(t)]) + b_1) + b_2) + b_3, \\qquad g = \\mathrm{GELU},
+
+    evaluated as :math:`W_1 g([h_x; h_t]) + b_1 = W_1^x g(h_x) + \\tau(t)` with :math:`W_1 = [W_1^x \\mid W_1^t]` and the time part
+    :math:`\\tau(t) = W_1^t g(h_t(t)) + b_1` (:meth:`time_part`) once per distinct time (a batch steps together), or given by
+    the caller (a rollout's table over its levels, :meth:`EulerMaruyamaPolicy.for_rollout`); then one ``addmm`` per row
+    block, so neither the concatenation nor :math:`g` of the time half is built per row. The layers are applied as
+    functions of the modules' parameters (the parameters and their names are those of the modules). The last layer is
+    zero-initialised, so training starts from the reference process (:math:`\\mu = 0`).
     """
 
     def __init__(self, dim: int, n_out: int, hidden: int = 64):
@@ -144,12 +152,29 @@ class PISNetwork(nn.Module):
         self.x_net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.joint = _zero_last(nn.Sequential(nn.GELU(), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_out)))
 
-    def forward(self, x: Tensor, t: Tensor) -> Tensor:
-        times, index = torch.unique(t, return_inverse=True)  # a batch steps together: embed each time once
-        return self.joint(torch.cat([self.x_net(x), self.t_net(times)[index]], 1))
+    def time_part(self, t: Tensor) -> Tensor:
+        """:math:`\\tau(t) = W_1^t g(h_t(t)) + b_1` ``[len(t), hidden]``: what the first joint layer adds for the time ``t``."""
+        (f, t1, _, t2), j1 = self.t_net, self.joint[1]
+        h_t = F.linear(F.gelu(F.linear(f(t), t1.weight, t1.bias)), t2.weight, t2.bias)
+        return torch.addmm(j1.bias, F.gelu(h_t), j1.weight[:, t2.out_features :].t())
+
+    def forward(self, x: Tensor, t: Tensor, time_part: Tensor | None = None) -> Tensor:
+        """:math:`f(x, t)` ``[B, n_out]``; ``time_part``: :math:`\\tau` at the rows' times ``[B, hidden]`` when the caller has it (``t`` is then unused)."""
+        (x1, _, x2), (_, j1, _, j2, _, j3) = self.x_net, self.joint
+        if time_part is None:
+            times, index = torch.unique_consecutive(t, return_inverse=True)  # the distinct times, in runs (time-major batches: one run per time)
+            time_part = self.time_part(times)
+            time_part = time_part if len(times) == 1 else time_part.index_select(0, index)
+        h_x = F.linear(F.gelu(F.linear(x, x1.weight, x1.bias)), x2.weight, x2.bias)
+        z = torch.addmm(time_part, F.gelu(h_x), j1.weight[:, : x2.out_features].t())
+        z = F.linear(F.gelu(z), j2.weight, j2.bias)
+        return F.linear(F.gelu(z), j3.weight, j3.bias)
 
 
 def _normal_rows(loc: Tensor, scale: Tensor, rows: Tensor) -> Distribution:
+    """:math:`\\mathcal N(\\text{loc}_b, \\mathrm{diag}(\\text{scale}_b^2))` for the rows ``b`` that ``rows [B]`` selects (all of them, as a batch steps together: no gather)."""
+    if bool(rows.all()):
+        return Independent(Normal(loc, scale, validate_args=False), 1)
     return Independent(Normal(loc[rows], scale[rows], validate_args=False), 1)
 
 
@@ -181,9 +206,22 @@ class EulerMaruyamaPolicy(Policy):
             (g,) = torch.autograd.grad(self.log_reward(xg).sum(), xg)
         return g.clamp(-self.clip, self.clip)
 
-    def parameters_at(self, s: Tensor, measure: Measure):
-        x, t = s[:, : self.dim], s[:, self.dim].detach() / self.n_steps  # the step counter carries no gradient
-        out = self.net(x, t)
+    def for_rollout(self):
+        """The policy with its network's time part :math:`\\tau(t_k)` (:meth:`PISNetwork.time_part`) computed once for every level
+        :math:`t_k = k/T`, ``k = 0..T``, and looked up at each step."""
+        omega = self.net.t_net[0].omega
+        levels = torch.arange(self.n_steps + 1, dtype=omega.dtype, device=omega.device) / self.n_steps
+        return functools.partial(self, time_table=self.net.time_part(levels))
+
+    def forward(self, s: Tensor, time_table: Tensor | None = None) -> KernelDensity:
+        """The density at ``s``; ``time_table``: :meth:`PISNetwork.time_part` at the levels ``0..T`` (:meth:`for_rollout`)."""
+        m = self.kernel.outline(s)
+        return KernelDensity(m, *self.parameters_at(s, m, time_table))
+
+    def parameters_at(self, s: Tensor, measure: Measure, time_table: Tensor | None = None):
+        k = s[:, self.dim].detach()  # the step counter carries no gradient
+        x, t = s[:, : self.dim], k / self.n_steps
+        out = self.net(x, t, None if time_table is None else time_table.index_select(0, k.long()))
         drift = out[:, : self.dim]
         if self.langevin is not None:
             drift = drift + self.langevin(t) * self._grad_log_reward(x)

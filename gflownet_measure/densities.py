@@ -78,21 +78,28 @@ class KernelDensity:
             explore = torch.rand(m.batch, device=log_probs.device) < epsilon
             log_probs = torch.where(explore[:, None], uniform.log_probs.to(log_probs.dtype), log_probs)
         comp = gumbel_max(log_probs)
-        K = m.atoms.count
-        rows = torch.arange(m.batch, device=comp.device)
-        k = comp.clamp(max=max(K - 1, 0))
-        x = m.atoms.take(k) if K else torch.zeros(m.batch, m.pieces[0].context.shape[1], dtype=m.pieces[0].context.dtype)  # the drawn atom's state only
-        sink = m.atoms.sink[rows, k] & (comp < K) if K else torch.zeros(m.batch, dtype=torch.bool)
+        K, B = m.atoms.count, m.batch
+        drawn = torch.bincount(comp, minlength=m.n_components).tolist()  # rows per component: one synchronisation
+        if sum(drawn[:K]):
+            k = comp.clamp(max=K - 1)
+            x = m.atoms.take(k)  # the drawn atom's state only
+            sink = m.atoms.sink[torch.arange(B, device=comp.device), k] & (comp < K)
+        else:  # every row drew a piece: no atom's state to build (x None until a piece writes it)
+            x, sink = None, torch.zeros(B, dtype=torch.bool, device=comp.device)
         us = []
         for c, p in enumerate(m.pieces):
-            chosen = comp == K + c
             u = None
-            if chosen.any():
+            if drawn[K + c]:
+                chosen = comp == K + c
                 q = self.coords[c](chosen)
                 u = q.rsample() if reparametrise else q.sample()
                 if explore is not None and explore[chosen].any():
                     u = torch.where(explore[chosen][:, None], uniform.coords[c](chosen).sample().to(u.dtype), u)
-                x = x.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(x.dtype))
+                if drawn[K + c] == B:  # the whole batch moved on this piece: no gather or scatter
+                    x = p.chart.forward(p.context, u)
+                else:
+                    base = torch.zeros_like(p.context) if x is None else x
+                    x = base.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(base.dtype))
             us.append(u)
         return x, sink, SupportPoint(comp, tuple(us))
 
@@ -263,6 +270,11 @@ class Policy(nn.Module):
     @abstractmethod
     def parameters_at(self, s: Tensor, measure: Measure) -> tuple[Tensor, list[CoordinateFamily]]:
         """Component logits ``[B, K + C]`` and one :data:`CoordinateFamily` per piece at states ``s``."""
+
+    def for_rollout(self) -> Callable[[Tensor], KernelDensity]:
+        """``s -> P(s, .)`` for the steps of one rollout, during which the parameters do not change: the policy itself, or a
+        policy that computed beforehand what depends on its parameters alone (the same densities)."""
+        return self
 
 
 class UniformPolicy(Policy):

@@ -33,7 +33,12 @@ class Scores(NamedTuple):
 
 
 def _check_finite(**named: Tensor) -> None:
-    if bool(torch.stack([torch.isfinite(v).all() for v in named.values()]).all()):  # one synchronisation when all is well
+    """Raise naming the first of ``named`` with a NaN or infinite entry.
+
+    One reduction per tensor and one synchronisation when all is well: a NaN or an infinity in ``v`` makes
+    :math:`\\sum_i v_i` NaN or infinite (a finite sum that overflows only sends the check to the entries themselves).
+    """
+    if bool(torch.isfinite(torch.stack([v.detach().sum() for v in named.values()])).all()):
         return
     for name, v in named.items():
         if not torch.isfinite(v).all():
@@ -51,7 +56,8 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
 
     The behaviour policy is :math:`q = (1-\\epsilon) \\tilde P_F + \\epsilon U` with :math:`\\tilde P_F`
     the policy with ``noise`` added to the variance of its Gaussian coordinates
-    (:meth:`~gflownet_measure.densities.KernelDensity.widened`). One call of ``pf`` per step gives the
+    (:meth:`~gflownet_measure.densities.KernelDensity.widened`). One call of ``pf`` per step (through
+    :meth:`~gflownet_measure.densities.Policy.for_rollout`, once per rollout) gives the
     sample, :math:`\\log P_F` (of the unperturbed policy, with gradients in its parameters) and
     :math:`\\log q`; ``pb`` is called once per step on the new states. With ``reparametrise`` the
     states themselves are differentiable (reverse-KL training, Lahlou et al. 2023 section 4.2), and so
@@ -64,6 +70,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
     x = graph.source.expand(n, -1).clone()
     sink = torch.zeros(n, dtype=torch.bool)
     states, sinks, draws, lpf, lpb, lq = [x], [sink], [], [], [], []
+    policy = pf.for_rollout()
     for _ in range(graph.max_length):
         active = ~sink
         n_active = int(active.sum())
@@ -71,7 +78,7 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
             break
         idx = None if n_active == n else active.nonzero()[:, 0]  # None: every trajectory steps (no gather or scatter)
         s = x if idx is None else x[idx]
-        density = pf(s)
+        density = policy(s)
         behaviour = density.widened(noise) if noise > 0 else density
         nx, ns, drawn = behaviour.draw(epsilon, reparametrise)
         draws.append(drawn)

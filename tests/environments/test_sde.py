@@ -46,6 +46,24 @@ def test_trajectories_have_fixed_length_and_step_counter():
     assert torch.equal(traj.states[:8, 0, -1], torch.arange(8.0))
 
 
+def test_pis_network_is_its_layers_on_the_concatenation():
+    """The split first joint layer (the time half once per distinct time, or given per row as a rollout's table gives it)
+    is joint(cat(x_net(x), t_net(t))) up to float32 round-off, in value and gradient, for times in any order and for one
+    shared time."""
+    torch.manual_seed(0)
+    net = sde.PISNetwork(2, 4, hidden=16)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, 0.3)
+    x = 3 * torch.randn(50, 2)
+    for t in (torch.randint(0, 9, (50,)) / 8.0, torch.full((50,), 0.375)):
+        out, ref = net(x, t), net.joint(torch.cat([net.x_net(x), net.t_net(t)], 1))
+        for y in (out, net(x, t, net.time_part(t))):
+            assert torch.allclose(y, ref, rtol=1e-5, atol=1e-5 * float(ref.detach().abs().max()))
+        grads = [torch.autograd.grad(y.square().sum(), net.joint[1].weight)[0] for y in (out, ref)]
+        assert torch.allclose(*grads, rtol=1e-4, atol=1e-4 * float(grads[1].abs().max()))
+
+
 def test_reparametrised_rollout_carries_gradients_to_the_policy():
     torch.manual_seed(1)
     cfg, graph, pf, pb = setup(n_steps=5)

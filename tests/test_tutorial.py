@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
@@ -40,6 +41,7 @@ def test_tutorial_source_is_only_code():
     assert len(src.splitlines()) == len(TUTORIAL.read_text(encoding="utf-8").splitlines())
 
 
+@pytest.mark.slow  # trains the tutorial's space: about 5 s
 def test_tutorial_runs():
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
     namespace = {"__name__": "tutorial"}

@@ -4,9 +4,13 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 from jsp_scaling import main  # noqa: E402
+
+pytestmark = pytest.mark.slow  # one subprocess per configuration: about 20 s
 
 MEASURED = ("s_per_update", "s_per_update_min", "rss_mb", "n_params", "n")
 

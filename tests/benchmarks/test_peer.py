@@ -11,6 +11,8 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 from peer import run_sides  # noqa: E402
 
+pytestmark = pytest.mark.slow  # child processes that sleep in turns: about 5 s a test
+
 SIDE = textwrap.dedent(
     """
     import sys, time

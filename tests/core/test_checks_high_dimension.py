@@ -21,7 +21,7 @@ from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Box, Piece, charted, counting, sum_measures
 from gflownet_measure.transforms import AffineChart
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # thousands of coordinates: 1-3 s a test
 
 
 def gaussian_space(k: int, scale: float, parent_mass: float = 1.0) -> PointedGraph:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -82,6 +83,7 @@ def _replica(rank: int, init: str, out: str, result: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_replicas_match_one_process_on_the_union(tmp_path, one_thread):
     out = tmp_path / "run"
     out.mkdir()

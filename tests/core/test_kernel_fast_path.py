@@ -57,7 +57,11 @@ SPACES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(SPACES))
+SLOW = {"dag-params d=20"}
+"""Spaces whose tests take seconds each (about 20 s in all for d = 20): marked ``slow``."""
+
+
+@pytest.fixture(scope="module", params=[pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in sorted(SPACES)])
 def space(request):
     graph, pf, pb = SPACES[request.param]()
     torch.manual_seed(0)

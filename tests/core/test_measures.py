@@ -79,7 +79,7 @@ def _gauss_bump(u):
     return torch.exp(-0.5 * (u**2).sum(-1))
 
 
-@pytest.mark.parametrize("bounded", [True, False])
+@pytest.mark.parametrize("bounded", [pytest.param(True, marks=pytest.mark.slow), False])  # bounded: about 12 s
 def test_masked_quadrature_integrates_over_the_active_coordinates_only(bounded):
     """A piece of varying dimension (Chart.active): on active set A the integral of exp(-|u|^2/2) is prod over A of the
     one-dimensional integral (Gauss-Legendre / Gauss-Hermite, exact to 1e-10 here), whatever the inactive ones; an empty

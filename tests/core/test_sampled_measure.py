@@ -146,8 +146,8 @@ CONTROLS = {
 
 @pytest.mark.parametrize("name, draws, combinations", [
     pytest.param("hypergrid", DRAWS, ((True, True), (True, False), (False, True)), id="hypergrid"),
-    pytest.param("readme-one-step", DRAWS, ((True, True), (True, False), (False, True)), id="readme-one-step"),
-    pytest.param("hybrid", 2 * DRAWS, ((True, True),), id="hybrid"),  # 8 s a run: both measures sampled only
+    pytest.param("readme-one-step", DRAWS, ((True, True), (True, False), (False, True)), id="readme-one-step", marks=pytest.mark.slow),
+    pytest.param("hybrid", 2 * DRAWS, ((True, True),), id="hybrid", marks=pytest.mark.slow),  # 8 s a run: both measures sampled only
 ])
 def test_a_sampled_nu_passes_as_the_listed_one(name, draws, combinations):
     """Every row that passes on the listed graph passes on the sampled one (nu and terminal measure sampled, and each
@@ -170,6 +170,7 @@ def test_the_circle_fails_nothing_with_a_sampled_nu():
     assert all(r.condition.startswith("eq. 4 ") for r in report.undecided), str(report)
 
 
+@pytest.mark.slow
 def test_quadrature_inside_a_sampled_nu():
     """method='quadrature' on a sampled nu: kernels by quadrature, the outer sums by the draws; the tolerance names both."""
     graph, pf, pb = bs.readme_one_step()

@@ -31,6 +31,7 @@ class _LastRemovalMissing(DagKernel):
         return dataclasses.replace(m, atoms=dataclasses.replace(atoms, mask=mask))
 
 
+@pytest.mark.slow
 def test_a_backward_kernel_missing_a_parent_fails_the_support_check_at_d20():
     torch.manual_seed(0)
     graph = _graph(20)

@@ -72,6 +72,7 @@ def _reference(pf, adj: torch.Tensor, beam: int, n_orders: int, generator: torch
 
 
 @pytest.mark.parametrize("rows", [2**16, 40])
+@pytest.mark.slow
 def test_batched_estimate_equals_the_estimator_graph_by_graph(rows):
     """d = 6, beam 8, 30 orders, graphs of 0 to 10 edges with repeats: the beam is cut (3! < 8 < 4!) and the orders
     outside it enter the importance-sampling term. All graphs in lockstep (rows 2^16: one group) or in groups of one

@@ -193,6 +193,7 @@ def test_gibbs_draws_have_the_conjugate_posterior_law():
         assert torch.allclose(c, cov[2][[0, 1]][:, [0, 1]], rtol=0.05, atol=0.05 * float(cov[2].abs().max()))
 
 
+@pytest.mark.slow
 def test_gibbs_mc3_edge_marginals_match_exact():
     """d = 3, N = 20, seed 1: exact edge marginals 0.14-0.53 (no graph above 0.23)."""
     model = _model(3, 20, seed=1)
@@ -206,6 +207,7 @@ def test_gibbs_mc3_edge_marginals_match_exact():
     _check_edges(out, exact)
 
 
+@pytest.mark.slow
 def test_gibbs_mc3_within_max_parents_matches_the_restricted_posterior():
     """d = 3, N = 20, seed 1, at most one parent: the chain stays on the 16 forests and its edge marginals match
     ``ExactPosterior(model, 1)``, not the unrestricted posterior (RMSE 0.062 between the two here; edge 0 -> 2: 0.06 against 0.19)."""
@@ -217,6 +219,7 @@ def test_gibbs_mc3_within_max_parents_matches_the_restricted_posterior():
     _check_edges(out, restricted)
 
 
+@pytest.mark.slow
 def test_mh_mc3_edge_marginals_and_weights_match_exact():
     """d = 3, N = 10, seed 2 (edge marginals 0.13-0.74): graph marginals as for Gibbs; and given the MAP graph
     (P = 0.23, ~1,450 kept states) the weight's sample mean is within 0.1 of the exact posterior mean
@@ -234,6 +237,7 @@ def test_mh_mc3_edge_marginals_and_weights_match_exact():
     assert (out.thetas[hit].mean(0) - mean)[top.flatten()].abs().max() < 0.1
 
 
+@pytest.mark.slow
 def test_uninformative_data_give_the_uniform_distribution_over_dags():
     """All-zero data: the likelihood is constant, so P(G | D) is uniform over the 543 DAGs of d = 4 (every
     edge marginal = E|E| / 12 = 0.3094) and theta | G is the N(0, 1) prior. With jump_std = 1.5 the

@@ -166,6 +166,7 @@ def _quadrature_integral(measure, f, n: int) -> float:
 
 
 @pytest.mark.parametrize("max_parents", [None, 1])
+@pytest.mark.slow
 def test_sampled_measures_integrate_like_the_enumerated_ones(max_parents):
     """d = 3, linear model (Theta_G = R^|E|): the enumerated nu and terminal measure (``Measure.weighted_points(n,
     "quadrature")``) integrate the test function of :func:`_test_function` to its exact value (relative 1e-8: a

@@ -134,6 +134,7 @@ def _gauss_newton(model, adj, theta, rows):
     return G * scale
 
 
+@pytest.mark.slow
 def test_check_graph_passes_with_the_solver_head():
     """The solver head's P_phi(theta | G) is a density on Theta_G: Definition 1 and eq. 15-16 pass at d = 3 with its
     weights randomised (the checks' own tolerances: exact on atoms, Monte Carlo with 5 standard errors on Theta_G; 128
@@ -156,6 +157,7 @@ def test_solver_head_reads_fixed_rows():
     assert dp.solver_rows(dp.DagParamsConfig(d=3, solver_rows=0), 40) is None
 
 
+@pytest.mark.slow
 def test_full_solver_head_starts_at_the_exact_conditional_posterior():
     """lingauss-full with the solver head: at initialisation P_phi(theta | G) is N(m_j, V_j) of eq. D.24 per node, mean and
     covariance (float32 network outputs: 1e-4 relative), and check_graph passes with its weights randomised."""

@@ -303,6 +303,7 @@ def _sink_atoms(s):
 # ---------------------------------------------------------------- the policy's densities
 
 
+@pytest.mark.slow
 def test_check_graph_passes_with_a_trained_looking_policy():
     """Every condition of Definition 1 and eq. 15-16 on d = 3, with the network's zero-initialised heads randomised.
 
@@ -456,6 +457,7 @@ def test_model_marginals_sum_to_one_and_match_rollouts():
     assert ((freq - p).abs() <= 5 * se + 1.0 / K).all()  # 5 binomial SE per graph (25 graphs), plus one count
 
 
+@pytest.mark.slow
 def test_estimated_graph_marginal_is_exact_when_the_beam_holds_every_order():
     """d = 4, every DAG with at most 5 edges (5! = 120 orders <= beam 128): beam search finds every order and no
     sampled order falls outside it, so the estimate is the lattice sum (float32 network: sums agree to 1e-5)."""

@@ -1,6 +1,7 @@
 """Hypergrid specifics: the reward's levels, the exact target, and P_T by dynamic programming against sampling."""
 import math
 
+import pytest
 import torch
 
 from environments import hypergrid
@@ -47,6 +48,7 @@ def test_encoding_is_one_hot_per_axis():
     assert e.shape == (1, 12) and e.sum() == 3 and e[0, 0] == 1 and e[0, 4 + 3] == 1 and e[0, 8 + 1] == 1
 
 
+@pytest.mark.slow
 def test_exact_distribution_of_a_large_grid_fits_in_memory():
     """H = 16, D = 4: 65,536 states, whose dense transition matrix would take 34 GB; the sparse one holds 5 entries a row."""
     g, pf, states, p_T = _exact(16, 4, 8)

@@ -226,6 +226,7 @@ def test_help_documents_the_forms(capsys):
     assert all(form in out for form in ("MODULE:FACTORY", "PATH.py:FACTORY", "(graph, pf, pb)", "--threads"))
 
 
+@pytest.mark.slow
 def test_the_installed_command_imports_from_the_current_directory_without_a_traceback(tmp_path):
     """As the ``gflownet-measure`` script runs: ``sys.path`` without the current directory (``python -c`` puts it first)."""
     write(tmp_path / "cwd_chain.py", CHAIN)

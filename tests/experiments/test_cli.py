@@ -44,6 +44,7 @@ def test_bad_input_is_one_line_with_exit_code_2(argv, message, capsys, tmp_path)
     assert not (tmp_path / "run" / "metrics.json").exists()
 
 
+@pytest.mark.slow
 def test_bad_input_prints_no_traceback():
     p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--set", "objective=xx"], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
@@ -55,6 +56,7 @@ def test_check_hypergrid_passes(capsys):
     assert "all conditions hold" in out and "FAIL" not in out
 
 
+@pytest.mark.slow
 def test_quick_preset_run_writes_the_contract(tmp_path):
     out = tmp_path / "quick"
     assert main(["run", "hypergrid", "--preset", "quick", "--out", str(out), "--threads", "1"]) == 0
@@ -88,6 +90,7 @@ def test_the_former_name_loss_still_works_with_a_warning(tmp_path):
     assert json.loads((out / "config.json").read_text())["settings"]["objective"] == "db"
 
 
+@pytest.mark.slow
 def test_resume_from_the_command_line(tmp_path):
     out = tmp_path / "r"
     assert main(["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=20", "eval_every=10", "eval_samples=50"]) == 0

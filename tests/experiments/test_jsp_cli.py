@@ -14,6 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("extra", [["model=lingauss-diag", "baseline=gibbs", "mcmc_steps=200"], ["model=lingauss-full", "penalty=true", "batch_size_data=20", "graph_prior=erdos_renyi", "d=4", "edges_per_node=1", "ema=0"], ["max_parents=1", "baseline=mh", "mcmc_steps=200"]])
+@pytest.mark.slow
 def test_run_writes_the_contract(tmp_path, extra):
     out = tmp_path / "run"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, *extra]) == 0
@@ -48,6 +49,7 @@ class Interrupt(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_resume_continues_the_uninterrupted_run(tmp_path, monkeypatch):
     """Killed after its step-4 checkpoint (eval_every 4, here an exception at the 6th update), then resumed: the same
     history and final metrics as a run never stopped, to the bit (one thread). This needs the checkpoint to hold the
@@ -96,6 +98,7 @@ def test_user_csv_runs(tmp_path):
     assert m["d"] == 3 and "expected_shd" not in m and "heldout_nll" not in m  # no true graph and no held-out rows for a user's data
 
 
+@pytest.mark.slow
 def test_table_runs_and_prints_the_paper(tmp_path):
     out = tmp_path / "table"
     assert main(["run", "jsp-table", "--out", str(out), "--threads", "1", "--set", *TINY, "dims=3", "datasets=2"]) == 0
@@ -111,6 +114,7 @@ def test_table_runs_and_prints_the_paper(tmp_path):
     assert main(["run", "jsp-table", "--out", str(out), "--resume"]) == 0
 
 
+@pytest.mark.slow
 def test_a_table_of_one_dataset_has_no_spread_keys(tmp_path):
     """The quick preset's table has one dataset: no CI to report, and none written as NaN (the contract's finite numbers)."""
     out = tmp_path / "table"
@@ -120,6 +124,7 @@ def test_a_table_of_one_dataset_has_no_spread_keys(tmp_path):
     assert "edge_rmse/d3/mean" in m and not any(k.endswith("/ci95") for k in m)
 
 
+@pytest.mark.slow
 def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
     """jobs=2 trains the datasets in two spawned processes; each run is seeded on its own, so the results are the sequential ones."""
     args = ["--threads", "1", "--set", *TINY, "dims=3", "datasets=2"]
@@ -151,6 +156,7 @@ def test_exploration_decays_over_the_anneal_fraction(fraction):
     # the default fit_budget: 4 updates allow 4 x 4 x (2 x 4 + 2) = 160 policy evaluations, under one graph's bound |E| (128 + 10)
     ("lingauss-diag", 8 * 8, ["theta_head=solver", "lookahead=auto", "fit_orders=10"], 2),
 ])
+@pytest.mark.slow
 def test_d20_runs_without_the_exact_posterior(tmp_path, model, n_params, head, fitted):
     """Beyond d = 5 nu is not enumerated: a run trains through the core's walkers on the sampled reference measures and
     reports the sample metrics (held-out NLL, E-SHD, AUROC) and the RANSAC fit of log P_T on log R; a linear model adds
@@ -182,6 +188,7 @@ def test_bad_jsp_settings_are_one_line(tmp_path, capsys, setting, message):
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monkeypatch):
     """A table runs what is installed: a missing package is a line in baselines.json and the table, not a crash."""
     from baselines import structure

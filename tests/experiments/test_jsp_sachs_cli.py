@@ -12,6 +12,7 @@ TINY = ["data=sachs", "model=categorical-mlp", "sachs_rows=20", "steps=4", "eval
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_sachs_run_writes_the_contract_and_the_edge_figure(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "baseline=mh,gibbs", "mcmc_steps=8"]) == 0

@@ -16,6 +16,7 @@ TINY = ["steps=4", "eval_every=2", "eval_samples=200", "batch_size=16", "hidden=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.mark.slow
 def test_run_writes_the_contract(tmp_path):
     """One configuration not covered by the figure-1 test below (which runs every loss x P_B x rho)."""
     out = tmp_path / "run"
@@ -68,6 +69,7 @@ def test_bad_settings_are_one_line(argv, message, capsys, tmp_path):
     assert "\n" not in err and message in err
 
 
+@pytest.mark.slow
 def test_figure1_runs_every_configuration(tmp_path):
     out = tmp_path / "fig"
     assert main(["run", "quarter-disc-figure1", "--out", str(out), "--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]) == 0
@@ -83,6 +85,7 @@ def test_figure1_runs_every_configuration(tmp_path):
     assert all((out / n / "seed0" / "metrics.json").exists() for n in names)
 
 
+@pytest.mark.slow
 def test_figure1_resume_keeps_finished_runs_and_refuses_foreign_ones(tmp_path, capsys):
     """On resume a finished sub-run is kept only if its config.json holds the job's seed and settings."""
     out = tmp_path / "fig"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # worker processes started and killed: about 40 s in all
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PARENT = """

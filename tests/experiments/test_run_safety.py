@@ -53,6 +53,7 @@ def _fails(argv, capsys, message: str) -> None:
         (["run", "quarter-disc", "--resume"], "holds a run of hypergrid, not quarter-disc"),
     ],
 )
+@pytest.mark.slow  # each case trains its own finished run (about 1 s, 10 cases)
 def test_a_finished_run_survives_a_failing_command(finished, argv, message, capsys):
     before = _snapshot(finished)
     _fails(argv + ["--out", str(finished)], capsys, message)
@@ -86,6 +87,7 @@ def test_silent_changes_are_errors(argv, message, tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # validated before the folder was made
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_run_is_refused(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["run", "hypergrid", "--out", str(a), *TINY]) == 0
@@ -110,6 +112,7 @@ def test_a_corrupt_config_is_one_line(finished, capsys):
     _fails(["run", "hypergrid", "--out", str(finished), "--resume"], capsys, "config.json cannot be read (JSONDecodeError")
 
 
+@pytest.mark.slow
 def test_a_relative_data_path_resumes_from_another_folder(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     (tmp_path / "data.csv").write_text("a,b,c\n" + "\n".join(",".join(f"{v:.4f}" for v in row) for row in rng.normal(size=(30, 3))) + "\n")
@@ -148,6 +151,7 @@ def _long_run(out: Path) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+@pytest.mark.slow
 def test_two_processes_cannot_write_one_folder(tmp_path, capsys):
     out = tmp_path / "r"
     p = _long_run(out)
@@ -160,6 +164,7 @@ def test_two_processes_cannot_write_one_folder(tmp_path, capsys):
         p.wait()
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_with_one_line_and_the_run_resumes(tmp_path):
     out = tmp_path / "r"
     p = _long_run(out)

@@ -1,8 +1,12 @@
 """`run NAME --world-size N`: one run trained by N processes (torch.distributed, gloo on loopback), written once."""
 import json
 
+import pytest
+
 from conftest import check_contract
 from experiments.cli import main
+
+pytestmark = pytest.mark.slow  # two processes train one run: about 20 s
 
 
 def test_two_replicas_write_one_run_folder(tmp_path):

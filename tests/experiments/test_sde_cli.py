@@ -13,6 +13,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9")])
+@pytest.mark.slow
 def test_run_writes_the_contract(tmp_path, objective, regime, target):
     out = tmp_path / "run"
     assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}"]) == 0
@@ -32,6 +33,7 @@ def test_reverse_kl_has_no_target_regime(tmp_path, capsys):
     assert "regime=target" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_table_runs_rows_and_baselines(tmp_path):
     out = tmp_path / "table"
     args = ["run", "sde-table", "--out", str(out), "--threads", "1", "--set", *TINY, "rows=0,4", "targets=gmm9", "seeds=1", "smc_particles=50", "smc_temps=5"]
@@ -45,6 +47,7 @@ def test_table_runs_rows_and_baselines(tmp_path):
     assert main(["run", "sde-table", "--out", str(out), "--resume"]) == 0  # finished rows and seeds are kept
 
 
+@pytest.mark.slow
 def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_path, monkeypatch):
     """A run that stops on a non-finite gradient (off-policy reverse KL on the funnel does at the paper preset, as the
     paper's "unstable" entry says) is kept as diverged: counted in the table, left out of the means, not an error."""

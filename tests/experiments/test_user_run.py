@@ -43,6 +43,7 @@ def _metrics(out: Path) -> dict:
     return json.loads((out / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_tutorials_space_trains_from_the_command_line_to_log_5(tmp_path, monkeypatch):
     (tmp_path / "tutorial_space.py").write_text(_tutorial_space())
     monkeypatch.chdir(tmp_path)
@@ -55,6 +56,7 @@ def test_the_tutorials_space_trains_from_the_command_line_to_log_5(tmp_path, mon
         assert (tmp_path / "run" / name).exists(), name
 
 
+@pytest.mark.slow
 def test_a_factory_setting_reaches_the_space_and_a_resume_continues_the_run(tmp_path, monkeypatch):
     """power=2: R(y) = (y (1 - y))^2, log Z = log B(3, 3) = log(1/30). Killed after its step-200 checkpoint, then
     resumed: the same history and metrics as the run never stopped, to the bit (one thread)."""

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from experiments.common import WallClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +36,7 @@ def test_resume_adds_to_the_saved_count_and_a_fresh_run_starts_at_zero(tmp_path)
     assert _saved(tmp_path) < 10  # a run started afresh in the folder does not inherit the old count
 
 
+@pytest.mark.slow
 def test_a_killed_invocation_keeps_its_count_up_to_the_last_tick(tmp_path):
     """SIGKILL runs no clean-up: what survives is the daemon thread's last write, at most ``every`` (0.05 s) old."""
     proc = subprocess.Popen([sys.executable, "-c", SLEEPER, str(tmp_path)], env=os.environ | {"PYTHONPATH": str(ROOT)})

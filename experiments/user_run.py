@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from gflownet_measure.densities import UniformPolicy
-from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
@@ -64,7 +63,7 @@ def user_experiment(target: str) -> Experiment:
 
     def build(cfg: dict):
         """The factory's graph and policies for the run's settings (``pb`` uniform where it returns none)."""
-        args, kwargs = own.arguments({k: str(cfg[k]) for k in own.schema})
+        args, kwargs = own.arguments({k: cfg[k] for k in own.schema})  # values the resolved settings already typed
         graph, pf, pb = call_factory(target, factory, args, kwargs, "run")
         if pf is None:
             raise ConfigError(f"run: {target}: {factory.__name__} returns no forward policy; return (graph, pf) or (graph, pf, pb) to train it (docs/tutorial.md, section 7)")
@@ -91,9 +90,7 @@ def user_experiment(target: str) -> Experiment:
         gfn = GFlowNet(pf, pb, StateFlow(graph.encode, n_in, cfg["flow_hidden"]) if objective.needs_flow else None)
 
         def evaluate() -> dict:
-            with torch.no_grad():
-                traj = sample_forward(graph, pf, cfg["eval_samples"])
-                lower, iw = log_z_bounds(log_weights(traj.log_R, *log_densities(traj, pf, pb), traj.mask))
+            _, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
             return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw} | learned_log_Z(objective, gfn, graph)
 
         history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)

@@ -91,11 +91,11 @@ def _keyword_settings(target: str, hints: dict, params: list) -> tuple[dict[str,
 
 class FactorySettings(NamedTuple):
     """What a factory takes: ``schema``, the settings with a default; ``required``, the parameters without one; and
-    ``arguments(assignments) -> (args, kwargs)``, the ``--set`` pairs parsed into its call."""
+    ``arguments(assignments) -> (args, kwargs)``, the ``--set`` pairs (strings, or values of the settings' types) parsed into its call."""
 
     schema: dict[str, Setting]
     required: list[str]
-    arguments: Callable[[dict[str, str]], tuple[tuple, dict[str, Any]]]
+    arguments: Callable[[dict[str, Any]], tuple[tuple, dict[str, Any]]]
 
 
 def factory_settings(target: str, factory: Callable, command: str = "check") -> FactorySettings:
@@ -106,7 +106,7 @@ def factory_settings(target: str, factory: Callable, command: str = "check") -> 
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # a built-in without a signature: nothing to set
 
-        def nothing(assignments: dict[str, str]) -> tuple[tuple, dict[str, Any]]:
+        def nothing(assignments: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
             if assignments:
                 raise ConfigError(f"{command}: {target}: its parameters are unknown, so --set has nothing to set; drop --set")
             return (), {}
@@ -123,7 +123,7 @@ def factory_settings(target: str, factory: Callable, command: str = "check") -> 
     schema, required = _keyword_settings(target, hints, params)
     by_name = {p.name: p for p in params if p.kind is not p.POSITIONAL_ONLY}
 
-    def keywords(assignments: dict[str, str]) -> tuple[tuple, dict[str, Any]]:
+    def keywords(assignments: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         kwargs = {}
         for key, value in assignments.items():
             if key not in by_name:

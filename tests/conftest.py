@@ -63,6 +63,20 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def random_jsp_policies(cfg, seed: int = 0):
+    """``(problem, graph, P_F, P_B)`` of the DAG space ``cfg`` (a ``DagParamsConfig``) with every network weight of P_F
+    drawn N(0, 0.3^2) from ``seed``: the zero-initialised heads randomised, so that a test sees the network."""
+    from environments import dag_params as dp
+
+    problem = dp.make_problem(cfg)
+    graph = dp.make_graph(cfg, problem)
+    pf, pb = dp.make_policies(graph, cfg, problem)
+    torch.manual_seed(seed)
+    for p in pf.network.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    return problem, graph, pf, pb
+
+
 def dag(d: int, edges) -> torch.Tensor:
     """The adjacency matrix ``[d, d]`` bool of the edges ``(i, j)``, i -> j (the DAG-space tests)."""
     adj = torch.zeros(d, d, dtype=torch.bool)

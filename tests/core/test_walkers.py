@@ -12,6 +12,7 @@ import torch
 from scipy.stats import chi2
 from torch import nn
 
+from conftest import random_jsp_policies
 from environments import dag_params as dp
 from environments import hypergrid
 from gflownet_measure.densities import UniformPolicy, uniform_density
@@ -36,12 +37,7 @@ def _grid(height: int = 3, ndim: int = 2):
 
 
 def _dag3():
-    cfg = dp.DagParamsConfig(d=3, hidden=16)
-    graph = dp.make_graph(cfg)
-    pf, _ = dp.make_policies(graph, cfg)
-    torch.manual_seed(0)
-    for p in pf.network.parameters():
-        nn.init.normal_(p, std=0.3)
+    _, graph, pf, _ = random_jsp_policies(dp.DagParamsConfig(d=3, hidden=16))
     return graph, pf
 
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
+from conftest import random_jsp_policies
 from environments import dag_params as dp
 from environments.dag_params.dags import is_dag
 from environments.dag_params.evaluation import estimate_graph_log_marginal, fit_metrics, fit_sample_count
@@ -16,13 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _policy(d: int = 6):
     """``(graph, P_F, model)``: a d-node linear-Gaussian problem, its policy with the lookahead and every network weight N(0, 0.3^2)."""
-    cfg = dp.DagParamsConfig(d=d, hidden=16, lookahead="on", edges_per_node=2.0)
-    problem = dp.make_problem(cfg)
-    graph = dp.make_graph(cfg, problem)
-    pf, _ = dp.make_policies(graph, cfg, problem)
-    torch.manual_seed(0)
-    for p in pf.network.parameters():
-        nn.init.normal_(p, std=0.3)
+    problem, graph, pf, _ = random_jsp_policies(dp.DagParamsConfig(d=d, hidden=16, lookahead="on", edges_per_node=2.0))
     return graph, pf, problem.model
 
 

@@ -14,12 +14,13 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import random_jsp_policies
 from environments import dag_params as dp
 from environments.dag_params.bayesnet import LinearGaussian, simulate_er
 from environments.dag_params.cpds import CategoricalMLP, MLPGaussian, ZeroInflatedMLP, simulate_mlp, simulate_zi
 from environments.dag_params.dags import enumerate_dags
 from environments.dag_params.objective import _sampled_terms
-from environments.dag_params.solver import SolverHead, refine_mean
+from environments.dag_params.solver import refine_mean
 from gflownet_measure.checks import check_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -139,13 +140,7 @@ def test_check_graph_passes_with_the_solver_head():
     """The solver head's P_phi(theta | G) is a density on Theta_G: Definition 1 and eq. 15-16 pass at d = 3 with its
     weights randomised (the checks' own tolerances: exact on atoms, Monte Carlo with 5 standard errors on Theta_G; 128
     nodes per piece as in test_dag_space's check of the amortised head)."""
-    cfg = dp.DagParamsConfig(d=3, hidden=8, theta_head="solver", solver_steps=3)
-    problem = dp.make_problem(cfg)
-    graph = dp.make_graph(cfg, problem)
-    pf, pb = dp.make_policies(graph, cfg, problem)
-    torch.manual_seed(0)
-    for p in pf.network.parameters():
-        nn.init.normal_(p, std=0.3)
+    _, graph, pf, pb = random_jsp_policies(dp.DagParamsConfig(d=3, hidden=8, theta_head="solver", solver_steps=3))
     report = check_graph(graph, pf, pb, n=128, n_functions=4)
     assert report.passed, str(report)
 

@@ -16,17 +16,17 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import random_jsp_policies
 from environments import dag_params as dp
 from environments.dag_params import theta as theta_mod
 from environments.dag_params.bayesnet import LinearGaussian, simulate_er
 from environments.dag_params.cpds import MLPGaussian
-from environments.dag_params.dags import dag_codes, enumerate_dags, transitive_closure, valid_edges
+from environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure, valid_edges
 from environments.dag_params.evaluation import _line_fit, estimate_graph_log_marginal, model_graph_log_marginals, posterior_metrics
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.network import JSPOutputs
 from environments.dag_params.objective import transition_loss
 from environments.dag_params.policy import JSPPolicy
-from environments.dag_params.dags import is_dag
 from environments.dag_params.space import DagKernel, ThetaChart, enumerated_measures, make_space
 from environments.dag_params.states import join, split
 from environments.dag_params.theta import FullNormalTheta
@@ -114,12 +114,7 @@ def _cfg(**kw) -> dp.DagParamsConfig:
 
 def _random_policies(d: int = 3, model: str = "lingauss-diag"):
     """The graph and ``(P_F, P_B)`` with every network weight drawn N(0, 0.3^2) (the zero-initialised heads randomised)."""
-    cfg = _cfg(d=d, hidden=16, model=model)
-    graph = dp.make_graph(cfg)
-    pf, pb = dp.make_policies(graph, cfg)
-    torch.manual_seed(0)
-    for p in pf.network.parameters():
-        nn.init.normal_(p, std=0.3)
+    _, graph, pf, pb = random_jsp_policies(_cfg(d=d, hidden=16, model=model))
     return graph, pf, pb
 
 

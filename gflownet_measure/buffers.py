@@ -1,4 +1,5 @@
 """Replay buffers with uniform sampling."""
+
 from __future__ import annotations
 
 import torch

@@ -10,6 +10,7 @@ coordinates of the chosen piece. Its density w.r.t. :math:`\\kappa(s, \\cdot)` i
 so the chart's Jacobian enters every continuous density. Backward policies are the same objects
 w.r.t. :math:`\\kappa_b`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,7 +51,9 @@ class KernelDensity:
         mask = measure.component_mask()
         present = mask.any(1)
         if not bool(present.all()):
-            raise ValueError(f"the reference kernel is the zero measure at {int((~present).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0")
+            raise ValueError(
+                f"the reference kernel is the zero measure at {int((~present).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0"
+            )
         self.measure, self.coords = measure, tuple(coords)
         self.logits = logits.masked_fill(~mask, float("-inf"))
         self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]

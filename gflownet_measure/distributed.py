@@ -16,6 +16,7 @@ at the start, then kept equal by the averaged gradients and identical optimiser 
 evaluates, writes the history and the checkpoints; the other replicas end with :class:`ReplicaFinished`.
 Gloo carries the tensors on CPU, NCCL on CUDA (:func:`init_from_env`).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,18 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-__all__ = ["ReplicaFinished", "world", "is_main", "init_from_env", "replica_seed", "broadcast_parameters", "average_gradients", "gather_objects", "broadcast_object", "barrier"]
+__all__ = [
+    "ReplicaFinished",
+    "world",
+    "is_main",
+    "init_from_env",
+    "replica_seed",
+    "broadcast_parameters",
+    "average_gradients",
+    "gather_objects",
+    "broadcast_object",
+    "barrier",
+]
 
 
 class ReplicaFinished(Exception):
@@ -95,7 +107,7 @@ def average_gradients(params: list[Tensor], loss: Tensor) -> float:
     offset = 0
     for p in used:
         n = p.numel()
-        p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
         offset += n
     return float(flat[-1])
 

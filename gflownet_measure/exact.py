@@ -3,6 +3,7 @@
 Used for metrics without sampling noise (the hypergrid's L1 to target) and for exact flow
 solutions in tests. Everything here is float64.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,7 @@ def index_of(states: Tensor, queries: Tensor) -> Tensor:
     _, inv = torch.unique(both, dim=0, return_inverse=True)
     where = torch.full((int(inv.max()) + 1,), -1, dtype=torch.long)
     where[inv[: len(states)]] = torch.arange(len(states))
-    return where[inv[len(states):]]
+    return where[inv[len(states) :]]
 
 
 def transition_matrix(policy: Policy, states: Tensor) -> tuple[Tensor, Tensor]:

@@ -5,6 +5,7 @@
 Each caller keeps its own arrangement of this formula (per coordinate, per variance, per precision factor):
 floating-point sums depend on their order, and runs are compared bit for bit, so only the constant is shared.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """The measurable pointed graph (Lahlou et al. 2023, Definition 1, eq. 1-7)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,9 +61,13 @@ class PointedGraph:
         log_r = self.log_reward(x)
         if not isinstance(log_r, Tensor) or log_r.shape != x.shape[:1]:
             got = tuple(log_r.shape) if isinstance(log_r, Tensor) else type(log_r).__name__
-            raise ValueError(f"{self.name}: log_reward returned {list(got) if isinstance(got, tuple) else got} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)")
+            raise ValueError(
+                f"{self.name}: log_reward returned {list(got) if isinstance(got, tuple) else got} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)"
+            )
         bad = torch.isnan(log_r) | (log_r == float("inf"))
         if bad.any():
             i = int(bad.nonzero()[0])
-            raise ValueError(f"{self.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf")
+            raise ValueError(
+                f"{self.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf"
+            )
         return log_r

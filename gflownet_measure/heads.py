@@ -21,6 +21,7 @@ precision its log-density needs (an arc maps ``u = 1e-30`` and ``u = 0`` to the 
 ``log_prob`` turns infinite or NaN on sampled transitions. Clamping both keeps sample and density on
 the same representable points; the moved mass is at most :math:`P(u < \\text{edge}) + P(u > 1 - \\text{edge})`.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,19 @@ from torch.distributions import Beta, Dirichlet, Distribution, Independent, VonM
 from .densities import gumbel_max
 from .measures import Box
 
-__all__ = ["ClampedBetaProduct", "BetaMixture", "Rescaled", "WrappedVonMises", "VonMisesMixture", "BetaHead", "BetaMixtureHead", "VonMisesHead", "VonMisesMixtureHead", "box_text", "check_head"]
+__all__ = [
+    "ClampedBetaProduct",
+    "BetaMixture",
+    "Rescaled",
+    "WrappedVonMises",
+    "VonMisesMixture",
+    "BetaHead",
+    "BetaMixtureHead",
+    "VonMisesHead",
+    "VonMisesMixtureHead",
+    "box_text",
+    "check_head",
+]
 
 
 def box_text(box: Box) -> str:
@@ -49,9 +62,13 @@ def check_head(index: int, head: nn.Module, chart) -> None:
     """
     domain = getattr(head, "domain", None)
     if not isinstance(domain, Box):
-        raise ValueError(f"head {index} ({type(head).__name__}) declares no domain box, so it cannot be matched with {_piece_text(index, chart)}: a head names the Box its density lives on")
+        raise ValueError(
+            f"head {index} ({type(head).__name__}) declares no domain box, so it cannot be matched with {_piece_text(index, chart)}: a head names the Box its density lives on"
+        )
     if (tuple(domain.low), tuple(domain.high)) != (tuple(chart.domain.low), tuple(chart.domain.high)):
-        raise ValueError(f"head {index} ({type(head).__name__}(k={domain.dim}), on {box_text(domain)}) does not match {_piece_text(index, chart)}: a head's dimension and box must be its chart's")
+        raise ValueError(
+            f"head {index} ({type(head).__name__}(k={domain.dim}), on {box_text(domain)}) does not match {_piece_text(index, chart)}: a head's dimension and box must be its chart's"
+        )
 
 
 def _piece_text(index: int, chart) -> str:

@@ -11,6 +11,7 @@ with the states left implicit (:class:`ImplicitAtoms`) and answers the two quest
 with its own formulas: the state of one named atom (:meth:`Kernel.child`, for a draw) and the atom that
 holds a given state (:meth:`Kernel.atom_of`, for a log-density).
 """
+
 from __future__ import annotations
 
 import functools

@@ -9,6 +9,7 @@ For terminal states ``x`` and trajectories :math:`\\tau_k \\sim P_B(\\cdot | x)`
 the importance-weighted bound (Burda et al. 2016), which increases with ``K`` to :math:`\\log P_T(x)`, and the evidence
 lower bound (``K = 1``), since :math:`\\mathbb E_{P_B(\\tau|x)}[e^{w}] = P_T(x)`.
 """
+
 from __future__ import annotations
 
 import math

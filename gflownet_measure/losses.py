@@ -7,6 +7,7 @@ serves discrete, continuous and hybrid spaces. Shapes are time-major: ``[T, B]``
 backward density of the step into the sink is 0 there), so the terminal condition
 :math:`F(x) P_F(\\bot | x) = R(x)` is the last detailed-balance residual.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -15,7 +16,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PENALTIES", "square", "huber", "tb_residual", "db_residuals", "subtb_residuals", "subtb_loss", "fm_residual", "rm_residual", "masked_mean", "undirected_subtb_residual", "length2_penalty", "reverse_kl", "reverse_kl_iw", "forward_kl_iw", "neg_elbo", "tb_consistency"]
+__all__ = [
+    "PENALTIES",
+    "square",
+    "huber",
+    "tb_residual",
+    "db_residuals",
+    "subtb_residuals",
+    "subtb_loss",
+    "fm_residual",
+    "rm_residual",
+    "masked_mean",
+    "undirected_subtb_residual",
+    "length2_penalty",
+    "reverse_kl",
+    "reverse_kl_iw",
+    "forward_kl_iw",
+    "neg_elbo",
+    "tb_consistency",
+]
 
 
 def square(r: Tensor) -> Tensor:
@@ -99,7 +118,9 @@ def rm_residual(log_flow_to_sink: Tensor, log_R: Tensor) -> Tensor:
     return log_flow_to_sink - log_R
 
 
-def undirected_subtb_residual(log_R: Tensor, log_pf_stop: Tensor, log_pf_edge: Tensor, log_pb_edge: Tensor, log_R_next: Tensor, log_pf_stop_next: Tensor) -> Tensor:
+def undirected_subtb_residual(
+    log_R: Tensor, log_pf_stop: Tensor, log_pf_edge: Tensor, log_pb_edge: Tensor, log_R_next: Tensor, log_pf_stop_next: Tensor
+) -> Tensor:
     """Sub-trajectory balance along the undirected path :math:`x \\leftarrow s \\to s' \\to x'` (Deleu et al. 2023, eq. 6).
 
     .. math:: \\delta = \\log R(x') - \\log R(x) + \\log P_B(s | s') + \\log P_F(x | s) - \\log P_F(s' | s) - \\log P_F(x' | s')

@@ -13,6 +13,7 @@ chart, Haar measure on a torus an angle chart: see :mod:`gflownet_measure.transf
 A batch index ``b`` carries one measure per state (the value of a kernel at ``B`` states);
 the reference measure ``nu`` of a graph is a batch of one.
 """
+
 from __future__ import annotations
 
 import functools

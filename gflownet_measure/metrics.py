@@ -1,4 +1,5 @@
 """Evaluation metrics: distances to exact distributions and log Z estimates."""
+
 from __future__ import annotations
 
 import math
@@ -6,7 +7,18 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["l1_distance", "total_variation", "expected_sample_tv", "log_z_bounds", "log_weights", "grid_jsd", "grid_kl", "kde_log_density", "periodic_kde_log_density", "rejection_sample"]
+__all__ = [
+    "l1_distance",
+    "total_variation",
+    "expected_sample_tv",
+    "log_z_bounds",
+    "log_weights",
+    "grid_jsd",
+    "grid_kl",
+    "kde_log_density",
+    "periodic_kde_log_density",
+    "rejection_sample",
+]
 
 
 def l1_distance(p: Tensor, q: Tensor) -> float:

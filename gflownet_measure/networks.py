@@ -1,4 +1,5 @@
 """Networks: MLP torsos, the MLP policy over a kernel's components and coordinate heads, and the state flow."""
+
 from __future__ import annotations
 
 import functools
@@ -59,7 +60,18 @@ class MLPPolicy(Policy):
             instead of the network's, as the public quarter-disc code does at :math:`s_0`.
     """
 
-    def __init__(self, kernel: Kernel, encode: Callable[[Tensor], Tensor], n_in: int, n_atoms: int, heads: Sequence[nn.Module] = (), hidden: int = 128, n_layers: int = 2, shared_torso: nn.Sequential | None = None, source: Tensor | None = None):
+    def __init__(
+        self,
+        kernel: Kernel,
+        encode: Callable[[Tensor], Tensor],
+        n_in: int,
+        n_atoms: int,
+        heads: Sequence[nn.Module] = (),
+        hidden: int = 128,
+        n_layers: int = 2,
+        shared_torso: nn.Sequential | None = None,
+        source: Tensor | None = None,
+    ):
         super().__init__(kernel)
         self.encode, self.n_atoms = encode, n_atoms
         self.heads = nn.ModuleList(heads)
@@ -88,7 +100,9 @@ class MLPPolicy(Policy):
 
     def parameters_at(self, s, measure, features: Tensor | None = None):
         if measure.atoms.count != self.n_atoms or len(measure.pieces) != len(self.heads):
-            raise ValueError(f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces")
+            raise ValueError(
+                f"MLPPolicy has {self.n_atoms} atom logits and {len(self.heads)} heads, but its kernel returns {measure.atoms.count} atom slots and {len(measure.pieces)} pieces"
+            )
         for c, (head, piece) in enumerate(zip(self.heads, measure.pieces)):
             check_head(c, head, piece.chart)
         at_source = self._at_source(s)

@@ -27,6 +27,7 @@ likelihood of data, on trajectories walked back from data points) and ``mle_tbc`
 backward policy); environments may add
 their own (JSP-GFN's on transitions).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -122,7 +123,9 @@ class Objective:
         if unknown:
             raise ValueError(f"objective {self.name!r} has no hyper-parameter {', '.join(unknown)}; valid: {', '.join(self.hyper) or 'none'}")
         if self.needs_scores and getattr(batch, "scores", None) is None:
-            raise ValueError(f"the {self.name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...) or score the sampled trajectories with rollout.score(traj, pf, pb, epsilon, noise)")
+            raise ValueError(
+                f"the {self.name} objective needs the scores of a rollout (the behaviour density log q); sample with rollout(..., pb=...) or score the sampled trajectories with rollout.score(traj, pf, pb, epsilon, noise)"
+            )
         return self.loss(gfn, batch, **{**self.hyper, **hyper})
 
     def options(self, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,7 +169,11 @@ def get_objective(name: str) -> Objective:
 def objective_names(divergence: bool | None = None, continuous: bool = False, batch: str = "trajectories") -> tuple[str, ...]:
     """Sorted names of the registered objectives on ``batch``: balance conditions only (``divergence=False``), divergences
     only (``True``) or both (``None``); with ``continuous`` only those that run on kernels with continuous pieces."""
-    return tuple(sorted(n for n, o in OBJECTIVES.items() if o.batch == batch and (divergence is None or o.divergence == divergence) and not (continuous and o.atoms_only)))
+    return tuple(
+        sorted(
+            n for n, o in OBJECTIVES.items() if o.batch == batch and (divergence is None or o.divergence == divergence) and not (continuous and o.atoms_only)
+        )
+    )
 
 
 # --- The balance conditions of Definition 7 (zero exactly at a solution) ------------------------------------
@@ -294,7 +301,38 @@ register(Objective("db", _db, "detailed balance with a learned state flow (Bengi
 register(Objective("subtb", _subtb, "sub-trajectory balance, lambda^(j-i)-weighted (Madan et al. 2023)", needs_flow=True, hyper={"subtb_lambda": 0.9}))
 register(Objective("fm", _fm, "flow matching and reward matching on log edge flows (Bengio et al. 2021; eq. 17)", atoms_only=True, log_Z=_out_flow_log_Z))
 register(Objective("vargrad", _vargrad, "log-variance of the log-weights, TB with log Z the batch mean (Richter et al. 2020)", log_Z=None))
-register(Objective("reverse_kl", _reverse_kl, "KL(P_F || P*): path-wise on-policy, importance-weighted score function off-policy (section 4.2)", divergence=True, needs_scores=True, pathwise=True, log_Z=None))
-register(Objective("forward_kl", _forward_kl, "KL(P* || P_F) by self-normalised importance weights (section 4.2)", divergence=True, needs_scores=True, log_Z=None))
-register(Objective("mle", _mle, "maximum likelihood of data through the variational bound, P_B learned or fixed (Zhang et al. 2023a; section 4.5)", divergence=True, log_Z=None, batch="data"))
-register(Objective("mle_tbc", _mle_tbc, "MLE-GFN: P_F by the bound, P_B by trajectory-balance consistency over K backward walks per point (Zhang et al. 2023a, eq. 33)", divergence=True, log_Z=None, batch="data", hyper={"tbc_weight": 1.0, "tbc_samples": 2}))
+register(
+    Objective(
+        "reverse_kl",
+        _reverse_kl,
+        "KL(P_F || P*): path-wise on-policy, importance-weighted score function off-policy (section 4.2)",
+        divergence=True,
+        needs_scores=True,
+        pathwise=True,
+        log_Z=None,
+    )
+)
+register(
+    Objective("forward_kl", _forward_kl, "KL(P* || P_F) by self-normalised importance weights (section 4.2)", divergence=True, needs_scores=True, log_Z=None)
+)
+register(
+    Objective(
+        "mle",
+        _mle,
+        "maximum likelihood of data through the variational bound, P_B learned or fixed (Zhang et al. 2023a; section 4.5)",
+        divergence=True,
+        log_Z=None,
+        batch="data",
+    )
+)
+register(
+    Objective(
+        "mle_tbc",
+        _mle_tbc,
+        "MLE-GFN: P_F by the bound, P_B by trajectory-balance consistency over K backward walks per point (Zhang et al. 2023a, eq. 33)",
+        divergence=True,
+        log_Z=None,
+        batch="data",
+        hyper={"tbc_weight": 1.0, "tbc_samples": 2},
+    )
+)

@@ -4,6 +4,7 @@ A space's settings are a frozen dataclass whose fields are declared with :func:`
 :func:`check_options`, so that a space built from Python with a bad value raises a ``ValueError`` naming the setting
 and its valid values, as the command line does (which parses strings with :meth:`Setting.parse`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,14 +48,22 @@ class Setting:
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{key}={value!r} is not allowed; valid: {', '.join(map(str, self.choices))}")
         if (self.low is not None and value < self.low) or (self.high is not None and value > self.high):
-            raise ValueError(f"{key}={value!r} is out of range; valid: [{self.low if self.low is not None else '-inf'}, {self.high if self.high is not None else 'inf'}]")
+            raise ValueError(
+                f"{key}={value!r} is out of range; valid: [{self.low if self.low is not None else '-inf'}, {self.high if self.high is not None else 'inf'}]"
+            )
 
     def parse(self, key: str, value: Any) -> Any:
         """``value`` (a string from the command line, or a value) converted to the setting's type and checked."""
         kind = type(self.default)
         if isinstance(value, str) and kind is not str:
             try:
-                value = {"true": True, "false": False}[value.lower()] if kind is bool else kind(float(value)) if kind is int and float(value).is_integer() else kind(value)
+                value = (
+                    {"true": True, "false": False}[value.lower()]
+                    if kind is bool
+                    else kind(float(value))
+                    if kind is int and float(value).is_integer()
+                    else kind(value)
+                )
             except (KeyError, ValueError):
                 raise ValueError(f"{key}={value!r} is not a valid {kind.__name__}") from None
         if kind is float and isinstance(value, int) and not isinstance(value, bool):

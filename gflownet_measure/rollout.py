@@ -1,4 +1,5 @@
 """Batched rollouts: forward with exploration, backward from terminal states, and log-densities."""
+
 from __future__ import annotations
 
 import functools
@@ -51,7 +52,9 @@ def _put(base: Tensor, idx: Tensor | None, rows: Tensor) -> Tensor:
     return rows if idx is None else base.index_put((idx,), rows)
 
 
-def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, epsilon: float = 0.0, noise: float = 0.0, reparametrise: bool = False) -> tuple[Trajectories, Scores | None]:
+def rollout(
+    graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, epsilon: float = 0.0, noise: float = 0.0, reparametrise: bool = False
+) -> tuple[Trajectories, Scores | None]:
     """``n`` trajectories from :math:`s_0` until the sink, scored on the way when ``pb`` is given.
 
     The behaviour policy is :math:`q = (1-\\epsilon) \\tilde P_F + \\epsilon U` with :math:`\\tilde P_F`
@@ -88,7 +91,9 @@ def rollout(graph: PointedGraph, pf: Policy, n: int, pb: Policy | None = None, e
             into = ~ns
             log_pb = torch.zeros_like(log_pf)
             if into.any():
-                log_pb = log_pb.index_put((into.nonzero()[:, 0],), pb(nx[into]).log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool)).to(log_pf.dtype))
+                log_pb = log_pb.index_put(
+                    (into.nonzero()[:, 0],), pb(nx[into]).log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool)).to(log_pf.dtype)
+                )
             _check_finite(**{"log P_F": log_pf, "log P_B": log_pb, "log q": log_q})
             zero = torch.zeros(n, dtype=log_pf.dtype)
             lpf.append(_put(zero, idx, log_pf))

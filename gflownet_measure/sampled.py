@@ -18,6 +18,7 @@ the support cannot be listed (the DAG x Theta space of JSP-GFN, :math:`\\nu = \\
 The theory checks (:mod:`gflownet_measure.checks`) then draw states from it and integrate eq. 4 over it by Monte
 Carlo, with the sample variance of the ``M`` i.i.d. terms as the estimate's variance.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,7 +53,9 @@ class SampledMeasure:
         """``draw(n, generator)`` checked: ``x [M, D]``, ``sink [M]`` bool, ``log_w [M]`` in float64, neither NaN nor ``+inf``."""
         x, sink, log_w = self.draw(n, generator)
         if x.dim() != 2 or sink.shape != x.shape[:1] or log_w.shape != x.shape[:1]:
-            raise ValueError(f"{self.label}: draw must return x [M, D], sink [M] and log_w [M], got {tuple(x.shape)}, {tuple(sink.shape)}, {tuple(log_w.shape)}")
+            raise ValueError(
+                f"{self.label}: draw must return x [M, D], sink [M] and log_w [M], got {tuple(x.shape)}, {tuple(sink.shape)}, {tuple(log_w.shape)}"
+            )
         log_w = log_w.double()
         if (torch.isnan(log_w) | (log_w == float("inf"))).any():
             raise ValueError(f"{self.label}: draw returned a log-weight that is NaN or +inf; a log-weight must be finite or -inf")

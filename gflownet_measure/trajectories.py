@@ -1,4 +1,5 @@
 """Batches of trajectories, time-major, with the sink as a mask (no sentinel states)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

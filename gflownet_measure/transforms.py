@@ -14,6 +14,7 @@ contract tests check against autograd. A density ``q(u)`` over coordinates becom
 :math:`q(u) / |J_s(u)|` w.r.t. :math:`\\lambda_M` (Lahlou et al. 2023, the change of variables that
 Li et al. 2023 omitted).
 """
+
 from __future__ import annotations
 
 import functools
@@ -170,7 +171,9 @@ class AffineChart(Chart):
             raise ValueError(f"AffineChart period must be positive, got {self.period}")
         for i, (lo, hi, c) in enumerate(zip(self.domain.low, self.domain.high, self.scale)):
             if not (hi - lo) * abs(c) <= self.period * (1 + 1e-12):
-                raise ValueError(f"AffineChart coordinate {i} maps [{lo:g}, {hi:g}] with scale {c:g} onto {(hi - lo) * abs(c):g}, more than one period {self.period:g}: the chart would not be one-to-one")
+                raise ValueError(
+                    f"AffineChart coordinate {i} maps [{lo:g}, {hi:g}] with scale {c:g} onto {(hi - lo) * abs(c):g}, more than one period {self.period:g}: the chart would not be one-to-one"
+                )
 
     def _scale(self, like: Tensor) -> Tensor:
         return torch.as_tensor(self.scale, dtype=like.dtype, device=like.device)

@@ -9,6 +9,7 @@ proposal of :func:`~gflownet_measure.densities.uniform_density` (uniform over th
 box's Gaussian proposal). Over a whole trajectory each walker draws exactly what a rollout would; the difference is only
 that the policy may change between two of its steps.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -29,6 +29,7 @@ chart, a walk that never ends) is a failed row whose detail is the error.
 large to list): the pointwise rows then run on states drawn from them with ``contains`` as membership, eq. 1 and eq. 7
 walk, and eq. 4 sums over their importance-sampling draws within Monte Carlo error bars (:mod:`.integration`).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -46,9 +47,27 @@ from .structure import check_absorbing_sink, check_finite_absorption, check_reac
 from .support import check_charts, check_support
 
 __all__ = [
-    "CheckResult", "Report", "check_graph", "integrate", "Z_SCORE", "EXACT_RTOL", "POWER", "METHODS", "CONDITIONS", "PROPOSAL_WIDENING", "FIT_DRAWS",
-    "check_reachability", "check_absorbing_sink", "check_support", "check_charts", "check_encoding", "check_reversibility",
-    "check_source_has_no_parent", "check_sink_mass", "check_finite_absorption", "check_normalised",
+    "CheckResult",
+    "Report",
+    "check_graph",
+    "integrate",
+    "Z_SCORE",
+    "EXACT_RTOL",
+    "POWER",
+    "METHODS",
+    "CONDITIONS",
+    "PROPOSAL_WIDENING",
+    "FIT_DRAWS",
+    "check_reachability",
+    "check_absorbing_sink",
+    "check_support",
+    "check_charts",
+    "check_encoding",
+    "check_reversibility",
+    "check_source_has_no_parent",
+    "check_sink_mass",
+    "check_finite_absorption",
+    "check_normalised",
 ]
 
 
@@ -60,7 +79,9 @@ def _guarded(condition: str, check: Callable[[], CheckResult]) -> CheckResult:
         return CheckResult(condition, float("nan"), 0.0, False, f"raised {type(e).__name__}: {e}")
 
 
-def check_graph(graph: PointedGraph, pf: Policy | None = None, pb: Policy | None = None, n: int = 256, method: str = "auto", n_functions: int = 8, seed: int = 0) -> Report:
+def check_graph(
+    graph: PointedGraph, pf: Policy | None = None, pb: Policy | None = None, n: int = 256, method: str = "auto", n_functions: int = 8, seed: int = 0
+) -> Report:
     """Run every condition of Definition 1 (and eq. 15-16 when policies are given) on ``graph``; never raises for a broken graph or policy.
 
     Args:

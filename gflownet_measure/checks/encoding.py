@@ -1,5 +1,6 @@
 """``graph.encode`` separates states: the test functions of eq. 4 are functions of :math:`e(s)`, so two states with the
 same features are one state to them, and eq. 4 cannot see mass moved from one to the other."""
+
 from __future__ import annotations
 
 import torch
@@ -35,6 +36,11 @@ def check_encoding(graph: PointedGraph, n: int) -> CheckResult:
     rows = (feature_id == g).nonzero()[:, 0]
     a, b = rows[state_id[rows] == lo[g]][0], rows[state_id[rows] == hi[g]][0]
     n_states, n_features = int(state_id.max()) + 1, groups
-    return CheckResult(name, n_states - n_features, 0, False,
-                       f"encode maps states A={s[a].tolist()} and B={s[b].tolist()} to the same features {e[a].tolist()} ({n_states} distinct states, {n_features} distinct features): "
-                       "the test functions of eq. 4 cannot tell them apart; use an encoding that separates states (e.g. add the raw coordinates)")
+    return CheckResult(
+        name,
+        n_states - n_features,
+        0,
+        False,
+        f"encode maps states A={s[a].tolist()} and B={s[b].tolist()} to the same features {e[a].tolist()} ({n_states} distinct states, {n_features} distinct features): "
+        "the test functions of eq. 4 cannot tell them apart; use an encoding that separates states (e.g. add the raw coordinates)",
+    )

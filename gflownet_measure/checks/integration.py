@@ -20,6 +20,7 @@ generator); ``"auto"`` then means Monte Carlo throughout. With ``method="quadrat
 integrated by quadrature, and the tolerance adds the quadrature change (on the same outer draws) to the Monte Carlo
 standard errors of the outer sums.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,27 @@ from ..measures import Atoms, Box, Measure, Piece, WeightedPoints
 from ..sampled import SampledMeasure
 
 __all__ = [
-    "Z_SCORE", "EXACT_RTOL", "QUADRATURE_MAX_DIM", "QUADRATURE_SAFETY", "MAX_STATES", "STATE_BUDGET", "max_states", "METHODS",
-    "Rule", "integrate", "sampled_measures", "exact_graph", "graph_pieces", "pair_method", "nodes", "quadrature_fits", "nu_states", "terminal_states", "broadcast", "draw_coordinates", "draw_on",
+    "Z_SCORE",
+    "EXACT_RTOL",
+    "QUADRATURE_MAX_DIM",
+    "QUADRATURE_SAFETY",
+    "MAX_STATES",
+    "STATE_BUDGET",
+    "max_states",
+    "METHODS",
+    "Rule",
+    "integrate",
+    "sampled_measures",
+    "exact_graph",
+    "graph_pieces",
+    "pair_method",
+    "nodes",
+    "quadrature_fits",
+    "nu_states",
+    "terminal_states",
+    "broadcast",
+    "draw_coordinates",
+    "draw_on",
 ]
 
 Z_SCORE = 5.0

@@ -7,6 +7,7 @@ hundred nodes decide, and a policy whose ``log_prob`` is wrong (a dropped Jacobi
 unbiasedly. With ``method="quadrature"`` the pieces are integrated by Gauss rules instead, the tolerance being the change
 from the coarse rule (:mod:`.integration`).
 """
+
 from __future__ import annotations
 
 import math
@@ -128,7 +129,9 @@ def policy_nodes(measure: Measure, density: KernelDensity, n: int) -> WeightedPo
         mean, cov = _moments(density, c, rows)
         active = p.chart.active(p.context[rows])
         if active is not None and box.bounded:
-            raise ValueError("the normalisation check draws a chart of varying dimension (Chart.active) from a Gaussian proposal: its box must be the real line")
+            raise ValueError(
+                "the normalisation check draws a chart of varying dimension (Chart.active) from a Gaussian proposal: its box must be the real line"
+            )
         u, log_r = _beta_proposal(box, mean, cov, n) if box.bounded else _gaussian_proposal(box, mean, cov, n, active)  # [R, n, k], [R, n]
         lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (box.low, box.high))
         inside = ((u >= lo) & (u <= hi)).all(-1)
@@ -160,7 +163,11 @@ def _integral(policy: Policy, s: Tensor, inner: WeightedPoints) -> tuple[Tensor,
     log_dens = torch.zeros(len(s) * M, dtype=torch.float64)
     origin, x, sink = s[rows[flat_mask]], inner.x.reshape(len(s) * M, -1)[flat_mask].to(s.dtype), inner.sink.reshape(-1)[flat_mask]
     chunk = max(1, STATE_BUDGET // max(1, policy.kernel(s[:1]).atoms.count * s.shape[1]))  # the kernel's atoms at a chunk of nodes
-    log_p = torch.cat([policy(origin[i : i + chunk]).log_prob(x[i : i + chunk], sink[i : i + chunk]) for i in range(0, len(origin), chunk)]) if len(origin) else x.new_zeros(0)
+    log_p = (
+        torch.cat([policy(origin[i : i + chunk]).log_prob(x[i : i + chunk], sink[i : i + chunk]) for i in range(0, len(origin), chunk)])
+        if len(origin)
+        else x.new_zeros(0)
+    )
     log_dens[flat_mask] = log_p.double()
     est, var = integrate(replace(inner, log_w=inner.log_w + log_dens.reshape(len(s), M)), torch.ones(len(s), M, dtype=torch.float64))
     return est, var, log_p

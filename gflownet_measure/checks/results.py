@@ -7,6 +7,7 @@ A numerical check compares estimates with a tolerance. Three verdicts:
   integral it compares; such a check could not have seen the errors it exists for, so it is not a pass;
 - **pass**: nothing is off and the check had the power to see an error of that size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

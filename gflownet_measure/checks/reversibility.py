@@ -13,6 +13,7 @@ Where :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sample
 are the importance-sampling sums :math:`\\sum_m w_m \\int f(x_m, s')\\, \\kappa(x_m, ds')` over its draws, and their
 variance (the sample variance of the ``M`` i.i.d. terms, inner noise included) enters the tolerance.
 """
+
 from __future__ import annotations
 
 import math
@@ -218,8 +219,10 @@ def _located(r: _Integrals, k: int) -> str:
     t = int((left - right).abs().argmax())
     mine = _largest(r.lhs, k, t, "mostly kappa")
     theirs = "the terminal measure kappa_b(sink, .)" if t == 2 else _largest(r.rhs, k, t, "mostly kappa_b")
-    return (f"test function {k + 1}: nu(x)kappa {float(r.lhs.est[k]):.4g} vs swap(nu(x)kappa_b) {float(r.rhs.est[k] + r.sink[0][k]):.4g}; "
-            f"largest difference on pairs {PAIR_TYPES[t]}: nu(x)kappa {float(left[t]):.4g} ({mine}) vs {float(right[t]):.4g} ({theirs})")
+    return (
+        f"test function {k + 1}: nu(x)kappa {float(r.lhs.est[k]):.4g} vs swap(nu(x)kappa_b) {float(r.rhs.est[k] + r.sink[0][k]):.4g}; "
+        f"largest difference on pairs {PAIR_TYPES[t]}: nu(x)kappa {float(left[t]):.4g} ({mine}) vs {float(right[t]):.4g} ({theirs})"
+    )
 
 
 def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:

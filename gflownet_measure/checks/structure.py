@@ -1,5 +1,6 @@
 """The pointwise conditions of Definition 1: reachability (eq. 1), an absorbing sink (eq. 2), no parent of the source
 (eq. 5), a sink mass in {0, 1} (eq. 6) and finite absorption (eq. 7)."""
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@ states drawn from :math:`\\nu`; a violation is a training crash later ("transiti
 support"), and these messages say which kernel, component and states. :func:`check_charts` tests that every chart
 inverts itself, on which :meth:`~gflownet_measure.measures.Measure.point_of` (and so both checks) relies.
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -141,8 +142,10 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
         if not held[i]:
             rejects = f"nu ({graph.nu.label}).contains rejects" if isinstance(graph.nu, SampledMeasure) else "no component of nu holds"
             return f"{side} move leaves the support of nu: {where(i)}, which {rejects} ({bad} of {total} {side} moves); a step off the state space or a piece missing from nu?"
-        return (f"{side} move leaves nu's coordinates: {where(i)}, a point of nu that nu's chart writes otherwise ({bad} of {total} {side} moves); "
-                "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates")
+        return (
+            f"{side} move leaves nu's coordinates: {where(i)}, a point of nu that nu's chart writes otherwise ({bad} of {total} {side} moves); "
+            "an angle left unwrapped (a chart without `period`)? The reward, the policies and the test functions of eq. 4 see the raw coordinates"
+        )
 
     return [_first_violation(back, not_reversible), _first_violation(held & written, not_in_nu)]
 
@@ -165,10 +168,20 @@ def _sink_moves(graph: PointedGraph, s: Tensor, terminal: Tensor) -> list[_Findi
     b = graph.kappa(terminal).atoms
     can_stop = (b.mask & b.sink).any(1)
     return [
-        _first_violation(held, lambda i, k, m: f"kappa(s, .) has the sink atom at s={x[i].tolist()}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
-                         f"({k} of {m} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"),
-        _first_violation(can_stop, lambda i, k, m: f"graph.terminal = kappa_b(sink, .) holds s={terminal[i].tolist()}, but kappa(s, .) has no sink atom there "
-                         f"({k} of {m} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"),
+        _first_violation(
+            held,
+            lambda i, k, m: (
+                f"kappa(s, .) has the sink atom at s={x[i].tolist()}, but s is not in the support of graph.terminal = kappa_b(sink, .) "
+                f"({k} of {m} stopping states); the terminal measure must be nu restricted to the states that may stop (eq. 4 at the sink)"
+            ),
+        ),
+        _first_violation(
+            can_stop,
+            lambda i, k, m: (
+                f"graph.terminal = kappa_b(sink, .) holds s={terminal[i].tolist()}, but kappa(s, .) has no sink atom there "
+                f"({k} of {m} terminal states); a terminal state must be able to stop (eq. 4 at the sink)"
+            ),
+        ),
     ]
 
 
@@ -190,7 +203,10 @@ def check_support(graph: PointedGraph, n: int) -> CheckResult:
     findings += _sink_moves(graph, s, terminal_states(graph, n))
     bad = sum(f.bad for f in findings)
     fw, bw, stop, term = (findings[i].total for i in (0, 2, 4, 5))
-    detail = next((f.message for f in findings if f.bad), f"{fw} forward and {bw} backward moves reversible and within nu; {stop} stopping and {term} terminal states agree")
+    detail = next(
+        (f.message for f in findings if f.bad),
+        f"{fw} forward and {bw} backward moves reversible and within nu; {stop} stopping and {term} terminal states agree",
+    )
     return CheckResult(CONDITIONS["support"], bad, 0, bad == 0, detail)
 
 

@@ -11,15 +11,15 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
 
-from gflownet_measure.options import Setting
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
+from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
@@ -225,7 +225,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):
     return torch.optim.lr_scheduler.StepLR(optimizer, cfg["lr_milestone"], gamma=cfg["lr_gamma"])
 
 
-def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None) -> list[dict]:
+def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None, lr_modules: Mapping[str, float] | None = None) -> list[dict]:
     """Train ``gfn`` with ``objective`` (its hyper-parameters from ``cfg``) with the shared optimiser, schedule, clipping and checkpoints.
 
     ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
@@ -237,7 +237,8 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
     ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
     checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``cfg["lr_logZ"]``, 0 where the
     experiment has no such setting (an objective that learns no log Z); a learned P_B at ``cfg["lr_backward"]`` where
-    the experiment has it and it is not 0 (else at ``lr``).
+    the experiment has it and it is not 0 (else at ``lr``); ``lr_modules`` (parameter-name prefix -> rate) other modules
+    of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
     """
     if batches is None:
         if objective.batch != "trajectories":
@@ -246,7 +247,7 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
         def batches(step: int):
             return objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"])
 
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"), cfg.get("lr_backward") or None)
+    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"), cfg.get("lr_backward") or None, lr_modules)
     hyper = objective.options(cfg)
 
     def step_fn(step: int):

@@ -29,11 +29,19 @@ import torch
 from baselines import structure as structure_baselines
 from environments import dag_params as env
 from environments.dag_params.bayesnet import LinearGaussian
-from environments.dag_params.evaluation import conditional_theta_metrics, fit_metrics, graph_metrics, heldout_metrics, mean_field_metrics, posterior_metrics, sample_metrics
+from environments.dag_params.dags import MAX_ENUMERATE
+from environments.dag_params.evaluation import (
+    conditional_theta_metrics,
+    fit_metrics,
+    graph_metrics,
+    heldout_metrics,
+    mean_field_metrics,
+    posterior_metrics,
+    sample_metrics,
+)
 from environments.dag_params.exact import ExactPosterior
 from environments.dag_params.mcmc import gibbs_mc3, mh_mc3
 from environments.dag_params.metrics import feature_metrics
-from environments.dag_params.dags import MAX_ENUMERATE
 from environments.dag_params.objective import UNDIRECTED_SUBTB
 from environments.dag_params.replay import EdgeReplay
 from environments.dag_params.sampling import posterior_samples
@@ -79,6 +87,7 @@ SETTINGS = {
 SETTINGS["steps"] = Setting(2000, "gradient updates (one per environment step of every graph)", low=1)
 SETTINGS["batch_size"] = Setting(64, "replayed edge transitions per update", low=1)
 SETTINGS["lr"] = Setting(1e-4, "Adam learning rate", low=0.0)
+SETTINGS["lr_theta"] = Setting(0.0, "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression", low=0.0)
 SETTINGS["grad_clip"] = Setting(0.0, "max global gradient norm (0 = off)", low=0.0)
 
 PRESETS = {
@@ -220,7 +229,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
 
-    history = train_gflownet(GFlowNet(pf, pb), graph, UNDIRECTED_SUBTB, cfg, out, resume, evaluate, replay, ema)
+    lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else None
+    history = train_gflownet(GFlowNet(pf, pb), graph, UNDIRECTED_SUBTB, cfg, out, resume, evaluate, replay, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
     np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())

@@ -10,7 +10,7 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -107,17 +107,20 @@ def seeded_generator(seed: int) -> torch.Generator:
     return torch.Generator(torch.get_default_device()).manual_seed(seed)
 
 
-def make_optimizer(model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None, lr_backward: float | None = None) -> torch.optim.Adam:
+def make_optimizer(
+    model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None, lr_backward: float | None = None, lr_modules: Mapping[str, float] | None = None
+) -> torch.optim.Adam:
     """Adam with separate groups: ``log_Z`` at ``lr_logZ``, a state-flow network ``log_F`` at ``lr_flow`` (default ``lr``),
-    with ``lr_backward`` a learned backward policy ``pb`` at that rate (default: in the policy group), the rest at ``lr``."""
-    groups: dict[str, list] = {"policy": [], "log_Z": [], "log_F": [], "pb": []}
+    with ``lr_backward`` a learned backward policy ``pb`` at that rate (default: in the policy group), with ``lr_modules``
+    (parameter-name prefix -> rate, e.g. ``{"pf.network.theta_head.": 1e-3}``) any other module at its own rate; the
+    rest at ``lr``. A parameter joins the group of the first prefix it starts with."""
+    rates = {"log_F.": lr if lr_flow is None else lr_flow, **({} if lr_backward is None else {"pb.": lr_backward}), **(lr_modules or {})}
+    groups: dict[str, list] = {"policy": [], "log_Z": [], **{prefix: [] for prefix in rates}}
     for name, p in model.named_parameters():
-        groups[
-            "log_Z" if name == "log_Z" else "log_F" if name.startswith("log_F.") else "pb" if lr_backward is not None and name.startswith("pb.") else "policy"
-        ].append(p)
-    lrs = {"policy": lr, "log_Z": lr_logZ, "log_F": lr if lr_flow is None else lr_flow, "pb": lr_backward}
+        groups["log_Z" if name == "log_Z" else next((prefix for prefix in rates if name.startswith(prefix)), "policy")].append(p)
+    lrs = {"policy": lr, "log_Z": lr_logZ, **rates}
     return torch.optim.Adam(
-        [{"params": v, "lr": lrs[k], "name": k} for k, v in groups.items() if v], fused=True
+        [{"params": v, "lr": lrs[k], "name": k.rstrip(".")} for k, v in groups.items() if v], fused=True
     )  # one kernel for all tensors: 3.6x faster steps on CPU
 
 

@@ -23,10 +23,12 @@ from gflownet_measure.options import check_options, option, settings_of
 from .bayesnet import GRAPH_PRIORS, simulate_er
 from .cpds import CPDModel, make_model, simulate_mlp, simulate_zi
 from .interventions import load_data
-from .sachs import consensus_graph, discretise, sachs_split
 from .network import JSPNetwork
-from .pgmpy_data import PREFIX as PGMPY, simulate_pgmpy
+from .pgmpy_data import PREFIX as PGMPY
+from .pgmpy_data import simulate_pgmpy
 from .policy import JSPPolicy
+from .sachs import consensus_graph, discretise, sachs_split
+from .scores import lookahead_scores
 from .solver import SolverHead
 from .space import make_space
 
@@ -65,13 +67,11 @@ class DagParamsConfig:
     logit_scale: float = option(1.0, "multiply the edge and stop logits by this (0: the number of data rows N, as the public JSP-GFN code does)", low=0.0)
     theta_head: str = option("amortised", "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (the network's mean refined by solver_steps conjugate-gradient steps on log R(G, .), the scale from its curvature; docs/cpd_models.md)", choices=("amortised", "solver"))
     solver_steps: int = option(10, "theta_head=solver: preconditioned conjugate-gradient steps T on log R(G, .) per graph", low=0)
-    lookahead: str = option("off", "shift the edge and stop logits by the one-step lookahead of the marginal reward log P(G, D), a forward-looking parametrisation (docs/cpd_models.md): on (linear-Gaussian models, whose marginal is closed-form), off, or auto (on where the model has that marginal)", choices=("off", "on", "auto"))
+    lookahead: str = option("off", "shift the edge and stop logits by the one-step lookahead of a closed-form marginal score log P(G, D), a forward-looking parametrisation that sets where training starts, not its fixed point (docs/cpd_models.md): on (the model's own marginal for linear-Gaussian CPDs; the BDeu score for categorical CPDs, the linear-Gaussian marginal for the other continuous ones), off, or auto (on for linear-Gaussian CPDs only)", choices=("off", "on", "auto"))
     solver_rows: int = option(0, "theta_head=solver: the data rows its log R reads, a random subset fixed by data_seed when the run starts (0: all N; never the update's mini-batch)", low=0)
 
     def __post_init__(self):
         check_options(self)
-        if self.lookahead == "on" and MODELS[self.model][0] != "lingauss":
-            raise ValueError(f"lookahead=on needs the closed-form marginal log P(G, D) of a linear-Gaussian model; model={self.model} has none: use lookahead=off or auto")
 
     @property
     def uses_lookahead(self) -> bool:
@@ -155,7 +155,7 @@ def make_policies(graph: PointedGraph, config: DagParamsConfig, problem: Problem
     network = JSPNetwork(model.d, config.hidden, model.block_index(), model.active, MODELS[config.model][1])
     if config.theta_head == "solver":
         network.theta_head = SolverHead(network.theta_head, model, config.solver_steps, solver_rows(config, model.n))
-    return JSPPolicy(graph.kappa, network, scale, model.edge_gains if config.uses_lookahead else None), UniformPolicy(graph.kappa_b)
+    return JSPPolicy(graph.kappa, network, scale, lookahead_scores(model).edge_gains if config.uses_lookahead else None), UniformPolicy(graph.kappa_b)
 
 
 def solver_rows(config: DagParamsConfig, n: int) -> Tensor | None:

@@ -36,6 +36,7 @@ from torch import Tensor
 from gflownet_measure.gaussian import LOG_2PI
 
 from .cpd_base import GRAPH_PRIORS, CPDBase, check_variance
+from .scores import LocalScores
 
 __all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "check_simulation", "random_er_dag", "simulate_er", "load_csv"]
 
@@ -77,8 +78,7 @@ class LinearGaussian(CPDBase):
         self.block = self.d  # node j's block: the weights of its column
         self.grams, self.counts = self._node_grams(self.data, None)  # [d, d, d] (C^(j) = X_{O_j}^T X_{O_j}), [d] (N_j)
         self._cache: dict[tuple[int, int], _Local] = {}
-        self._score_keys = torch.tensor([torch.iinfo(torch.long).max])  # the lookahead's cache (_scores_of): sorted keys, a sentinel last
-        self._score_values = torch.tensor([math.nan], dtype=torch.float64)
+        self.scores = LocalScores(self.d, lambda nodes, codes: self._closed_forms(nodes, codes)[0], self.log_edge_odds)  # the lookahead's cache
 
     def _node_grams(self, x: Tensor, rows: Tensor | None) -> tuple[Tensor, Tensor]:
         """Per node ``j`` the Gram matrix of the rows ``x [M, d]`` that do not intervene on ``j`` and their count:
@@ -226,37 +226,9 @@ class LinearGaussian(CPDBase):
         return values[inverse].sum(-1)
 
     def edge_gains(self, adj: Tensor) -> Tensor:
-        """:math:`g_{ij} = \\log P(G + (i \\to j), D) - \\log P(G, D) = \\log P(x_j | X_{\\mathrm{Pa}(j) \\cup i}) - \\log P(x_j | X_{\\mathrm{Pa}(j)}) + \\log\\frac{p}{1-p}`
-        ``[B, d, d]`` float64 for ``adj [B, d, d]`` (any value where ``i`` is already a parent of ``j`` or ``i = j``: the
-        caller masks the invalid edges). Only node ``j``'s local term changes (JSP-GFN eq. D.24); the local terms are
-        cached per (node, parent set) (:meth:`_scores_of`), so a graph costs ``d^2`` look-ups after the first visits."""
-        d = self.d
-        codes = self._parent_codes(adj.bool())  # [B, d(j)]
-        grown = codes[:, None, :] | (1 << torch.arange(d))[None, :, None]  # [B, i, j]: the parent set of j with i added
-        nodes = torch.arange(d)
-        before, after = self._scores_of(codes * d + nodes)[:, None, :], self._scores_of(grown * d + nodes)
-        return after - before + self.log_edge_odds
-
-    def _scores_of(self, keys: Tensor) -> Tensor:
-        """:math:`\\log P(x_j | X_P)` for keys ``code * d + j`` (long, any shape), float64 of the same shape.
-
-        The cache is two tensors, the keys sorted (ending with a sentinel, the largest long, so that a search never
-        runs off the end) and their scores: a batch of keys is one ``searchsorted``; the missing ones are computed in one
-        batch (:meth:`_closed_forms`) and merged in order. The :class:`_Local` cache keeps the moments too, which the
-        lookahead does not need."""
-        known = self._score_keys
-        pos = torch.searchsorted(known, keys)
-        missing = known[pos] != keys
-        if missing.any():
-            new = torch.unique(keys[missing])
-            fresh = torch.zeros(len(known) + len(new), dtype=torch.bool)
-            fresh[torch.searchsorted(known, new) + torch.arange(len(new))] = True
-            merged_keys, merged_scores = torch.empty(len(fresh), dtype=torch.long), torch.empty(len(fresh), dtype=torch.float64)
-            merged_keys[fresh], merged_keys[~fresh] = new, known
-            merged_scores[fresh], merged_scores[~fresh] = self._closed_forms(new % self.d, new // self.d)[0], self._score_values
-            self._score_keys, self._score_values = merged_keys, merged_scores
-            pos = torch.searchsorted(merged_keys, keys)
-        return self._score_values[pos]
+        """The lookahead's gains ``[B, d, d]`` float64 of the closed-form marginal (:meth:`.scores.LocalScores.edge_gains`):
+        only node ``j``'s local term changes when ``i -> j`` is added (JSP-GFN eq. D.24)."""
+        return self.scores.edge_gains(adj)
 
     def local_log_marginal(self, node: int, parents) -> float:
         """:math:`\\log P(x_j | X_P) = \\log \\mathcal N(x_j; 0, \\sigma^2 I_N + \\sigma_0^2 X_P X_P^\\top)` (JSP-GFN eq. D.24).

@@ -22,8 +22,8 @@ from tqdm import tqdm
 
 from gflownet_measure.training import seeded_generator
 
-from .dags import FEATURES, dag_codes, transitive_closure, valid_edges, weighted_features
 from .bayesnet import LinearGaussian
+from .dags import FEATURES, dag_codes, transitive_closure, valid_edges, weighted_features
 from .exact import ExactPosterior
 from .metrics import auroc, expected_shd, rmse_pearson, sample_features
 from .policy import JSPPolicy
@@ -138,7 +138,6 @@ def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128,
     (:func:`fit_sample_count`), fewer where prefixes coincide; their network calls run without the parameter head.
     ``progress`` shows a tqdm bar over the distinct graphs.
     """
-    d = adj.shape[-1]
     graphs, inverse = torch.unique(adj.bool().flatten(1), dim=0, return_inverse=True)  # samples repeat graphs: estimate each once
     out = _structure_log_probs(policy, graphs)[1]
     per_group = max(1, rows // (beam + n_orders))

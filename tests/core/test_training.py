@@ -206,3 +206,15 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused(tmp_path, monkeypatch
     monkeypatch.setenv(TRUST_CHECKPOINTS, "1")
     _, t = _trainer(tmp_path / "b")
     assert [r["step"] for r in t.run(resume=True)] == [10, 20, 30]
+
+
+def test_lr_modules_put_a_module_at_its_own_rate_and_the_rest_stays_in_the_policy_group():
+    """``lr_modules``: a parameter-name prefix -> rate; the first matching prefix wins; log Z keeps lr_logZ."""
+    from torch import nn
+
+    model = nn.Module()
+    model.log_Z = nn.Parameter(torch.zeros(()))
+    model.body, model.head = nn.Linear(2, 2), nn.Linear(2, 2)
+    opt = make_optimizer(model, 1e-4, 1e-1, lr_modules={"head.": 3e-3})
+    rates = {g["name"]: (g["lr"], sum(p.numel() for p in g["params"])) for g in opt.param_groups}
+    assert rates == {"policy": (1e-4, 6), "log_Z": (1e-1, 1), "head": (3e-3, 6)}

@@ -30,7 +30,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.heads import VonMisesMixtureHead
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 from .torus import TWO_PI, TorusConfig, increments_box, mlp_policies, torus_graph
 from .torus_targets import periodic_grid

@@ -3,10 +3,10 @@
 States are points of :math:`S = [0, 1]^2` with source :math:`s_0 = (0, 0)`. The pointed graph:
 
 - :math:`\\kappa(s_0, \\cdot)` = Lebesgue area on the quarter disc :math:`Q_\\rho = \\{\\|s\\| \\le \\rho\\}`
-  (:class:`~gflownet_measure.transforms.PolarChart`); :math:`s_0` cannot exit.
+  (:class:`~gflownet_measure.charts.PolarChart`); :math:`s_0` cannot exit.
 - :math:`\\kappa(s, \\cdot)`, :math:`s \\ne s_0`: arclength on the admissible arc
   :math:`\\{s + \\rho(\\cos\\theta, \\sin\\theta) \\in S: \\theta \\in [0, \\pi/2]\\}`
-  (:class:`~gflownet_measure.transforms.ArcChart`, angle fractions :math:`[A(s), B(s)]`) plus the
+  (:class:`~gflownet_measure.charts.ArcChart`, angle fractions :math:`[A(s), B(s)]`) plus the
   sink atom; only the sink where the arc is empty (forced exit).
 - :math:`\\kappa_b(s', \\cdot)`: the atom :math:`s_0` for :math:`s' \\in Q_\\rho` (their only parent),
   arclength on the backward arc :math:`\\{s' - \\rho(\\cos\\theta, \\sin\\theta) \\in S\\}` otherwise,
@@ -43,7 +43,7 @@ from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
 from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.options import check_options, option, settings_of
-from gflownet_measure.transforms import AffineChart, ArcChart, PolarChart, WithoutJacobian
+from gflownet_measure.charts import AffineChart, ArcChart, PolarChart, WithoutJacobian
 
 __all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LEVELS", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "reward_level", "level_masses", "make_graph", "make_policies"]
 
@@ -92,7 +92,7 @@ class QuarterDiscKernel(Kernel):
     ``[atom | backward arc]``: the atom is s0 inside the first quarter disc, and the arc's single
     point where the backward arc has no length (a wall beyond the disc, module docstring). With
     ``jacobian=False`` the charts report :math:`\\log|J| = 0`
-    (:class:`~gflownet_measure.transforms.WithoutJacobian`): such a kernel is not the graph's, and
+    (:class:`~gflownet_measure.charts.WithoutJacobian`): such a kernel is not the graph's, and
     is only used to build the policies of the Jacobian-free demonstration.
     """
 

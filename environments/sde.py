@@ -6,7 +6,7 @@ stored in the last coordinate; :math:`s_0 = (0, 0)`. With :math:`\\Delta t = 1/T
 
 - :math:`\\kappa((x, k), \\cdot)` = Lebesgue on :math:`\\mathbb R^n \\times \\{k + 1\\}` for :math:`k < T`, the sink
   atom for :math:`k = T`; charted by the increment :math:`u = (x' - x)/c` (an
-  :class:`~gflownet_measure.transforms.AffineChart` with ``advance`` on the step, :math:`\\log|J| = n \\log c`);
+  :class:`~gflownet_measure.charts.AffineChart` with ``advance`` on the step, :math:`\\log|J| = n \\log c`);
 - :math:`\\kappa_b((x, k), \\cdot)` = Lebesgue on :math:`\\mathbb R^n \\times \\{k - 1\\}` for :math:`k \\ge 2`, the
   atom :math:`s_0` for :math:`k = 1`, zero at :math:`s_0` (eq. 5);
 - :math:`\\nu = \\delta_{s_0} + \\sum_{k=1}^{T} \\lambda_{\\mathbb R^n} \\otimes \\delta_k` and
@@ -40,7 +40,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
 from gflownet_measure.options import check_options, option, settings_of
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 from .sde_targets import TARGETS
 

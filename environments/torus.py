@@ -6,7 +6,7 @@ last coordinate; :math:`s_0 = (0, 0)`. With :math:`\\lambda` Haar (arclength) me
 
 - :math:`\\kappa((\\theta, t), \\cdot) = \\lambda \\otimes \\delta_{t+1}` for :math:`t < T` (the source's children: the whole
   torus at :math:`t = 1`), the sink atom for :math:`t = T`; charted by the increment
-  :math:`u = \\theta' - \\theta \\in [-\\pi, \\pi)^n` (an :class:`~gflownet_measure.transforms.AffineChart` with ``period``
+  :math:`u = \\theta' - \\theta \\in [-\\pi, \\pi)^n` (an :class:`~gflownet_measure.charts.AffineChart` with ``period``
   :math:`2\\pi` and unit scale, :math:`\\log|J| = 0`: Haar measure is invariant under translation);
 - :math:`\\kappa_b((\\theta, t), \\cdot) = \\lambda \\otimes \\delta_{t-1}` for :math:`t \\ge 2`, the atom :math:`s_0` for
   :math:`t = 1`, zero at :math:`s_0` (eq. 5);
@@ -33,7 +33,7 @@ from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Box, Measure, charted, dirac, sum_measures
 from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.options import check_options, option, settings_of
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 from .sde import LevelKernel
 from .torus_targets import TARGETS, TorusTarget, get_target

@@ -185,7 +185,7 @@ def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Dist
 class ReferenceCoordinates(Distribution):
     """The reference proposal on a chart's box ``U``, for ``n`` rows: independent coordinates, uniform on a bounded one and
     :math:`\\mathcal N(0, \\text{proposal\\_scale}^2)` on the real line (``Box.proposal_scale``), restricted to each row's
-    active coordinates ``active [n, k]`` (:meth:`~gflownet_measure.transforms.Chart.active`; ``None``: all):
+    active coordinates ``active [n, k]`` (:meth:`~gflownet_measure.charts.Chart.active`; ``None``: all):
 
     .. math:: q(u) = \\prod_{i \\in A,\\, U_i = [l_i, h_i]} \\frac{1}{h_i - l_i} \\prod_{i \\in A,\\, U_i = \\mathbb R} \\mathcal N(u_i; 0, c^2)
 

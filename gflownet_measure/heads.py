@@ -10,7 +10,7 @@ density on another box does not integrate to one against the piece. :func:`check
   any bounded box :math:`\\prod_i [l_i, h_i]`: there the law of :math:`u = l + (h - l) \\odot v` with ``v`` the
   ``[0, 1]^k`` law (:class:`Rescaled`, e.g. the box ``[-1, 0]`` of a backward move).
 - :class:`VonMisesHead` lives on a box of one period per coordinate: the head of a periodic chart
-  (:class:`~gflownet_measure.transforms.AffineChart` with ``period``: a circle, a torus), whose density is
+  (:class:`~gflownet_measure.charts.AffineChart` with ``period``: a circle, a torus), whose density is
   continuous across the point where the box's two ends meet. :class:`VonMisesMixtureHead` is its mixture, one
   independent mixture per coordinate (the torus policies of Lahlou et al. 2023, section 4.3).
 
@@ -325,7 +325,7 @@ class VonMisesHead(nn.Module):
 
     (:class:`WrappedVonMises`, :math:`T_i = h_i - l_i`). Raw outputs: ``k`` locations (angles in radians;
     any real, the density is periodic in :math:`\\mu`), then ``k`` concentration pre-activations. For an
-    :class:`~gflownet_measure.transforms.AffineChart` with ``period`` :math:`T` and scale :math:`c` the
+    :class:`~gflownet_measure.charts.AffineChart` with ``period`` :math:`T` and scale :math:`c` the
     domain is the whole circle, :math:`T / |c_i|` long in coordinate ``i``. ``c_min > 0`` (torch's
     sampler needs :math:`\\kappa > 0`); :math:`\\kappa = 0.1` is nearly uniform, :math:`\\kappa = 10.1` an angular
     standard deviation of about 0.32 rad, 5% of a period.

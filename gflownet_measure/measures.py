@@ -8,7 +8,7 @@ of weighted atoms (discrete states, the sink) and continuous pieces, each the pu
 Lebesgue measure ``du`` on a box ``U`` through a chart ``phi`` weighted by the chart's Jacobian
 (Lahlou et al. 2023, section 3: kappa(s, .), kappa_b(s', .) and nu are all of this form).
 Counting measure is a sum of unit atoms, Dirac a single atom, Lebesgue on a box an identity
-chart, Haar measure on a torus an angle chart: see :mod:`gflownet_measure.transforms`.
+chart, Haar measure on a torus an angle chart: see :mod:`gflownet_measure.charts`.
 
 A batch index ``b`` carries one measure per state (the value of a kernel at ``B`` states);
 the reference measure ``nu`` of a graph is a batch of one.
@@ -27,8 +27,8 @@ from torch import Tensor
 
 from .gaussian import LOG_2PI
 
-if TYPE_CHECKING:  # for the annotation only: transforms imports this module
-    from .transforms import Chart
+if TYPE_CHECKING:  # for the annotation only: charts imports this module
+    from .charts import Chart
 
 __all__ = ["HERMITE_MAX", "Box", "Atoms", "Piece", "SupportPoint", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
 
@@ -54,7 +54,7 @@ class Box:
     Bounds may be infinite (``R^k``); Monte Carlo integration and the reference proposal
     (:class:`~gflownet_measure.densities.ReferenceCoordinates`: exploration, the uniform policy) then draw from a Gaussian
     of scale ``proposal_scale``, integration weighting by its inverse density. ``periodic``: every coordinate is one period of a
-    circle (the box of a periodic chart, :class:`~gflownet_measure.transforms.AffineChart` with ``period``), whose two
+    circle (the box of a periodic chart, :class:`~gflownet_measure.charts.AffineChart` with ``period``), whose two
     ends are one point; quadrature then uses the periodic trapezoidal rule, exact for trigonometric polynomials of
     degree below the node count and spectrally accurate for smooth periodic integrands, where Gauss-Legendre is not.
     ``proposal_concentration`` :math:`\\kappa > 0` (periodic boxes only) makes the reference proposal a von Mises law
@@ -147,7 +147,7 @@ class Box:
 
     def masked_points(self, n: int, method: str, active: Tensor, dtype=torch.float64, generator=None, coarse: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`weighted_points` for ``B`` measures that integrate over their own active coordinates ``active [B, k]`` only
-        (a chart with :meth:`~gflownet_measure.transforms.Chart.active`): nodes ``u [B, M, k]`` (0 on inactive coordinates),
+        (a chart with :meth:`~gflownet_measure.charts.Chart.active`): nodes ``u [B, M, k]`` (0 on inactive coordinates),
         log-weights ``[B, M]`` and ``valid [B, M]`` (padding where a measure has fewer nodes than ``M``), with
 
         .. math:: \\sum_m w_{bm} f(u_{bm}) \\approx \\int f(u)\\, du_{A_b}, \\qquad A_b = \\{i : \\text{active}_{bi}\\}.
@@ -303,7 +303,7 @@ class Measure:
     def point_of(self, x: Tensor, sink: Tensor) -> SupportPoint:
         """``x`` as a :class:`SupportPoint`: :meth:`component_of`, and per piece the chart coordinates ``u`` of the rows on it.
 
-        The coordinates are those :meth:`~gflownet_measure.transforms.Chart.coordinates_of` computed to test membership, so a density
+        The coordinates are those :meth:`~gflownet_measure.charts.Chart.coordinates_of` computed to test membership, so a density
         evaluated at these points (:meth:`~gflownet_measure.densities.KernelDensity.log_prob`) inverts each chart once.
         """
         hit, tested = [], []
@@ -378,7 +378,7 @@ def dirac(point: Tensor) -> Measure:
 def charted(chart, state_dim: int, dtype=torch.float32) -> Measure:
     """The single piece :math:`\\varphi_\\#(|J|\\,du)` of a chart anchored at the zero state (batch of one).
 
-    With an :class:`~gflownet_measure.transforms.AffineChart` of unit scale this is Lebesgue
+    With an :class:`~gflownet_measure.charts.AffineChart` of unit scale this is Lebesgue
     measure on a box (or Haar measure on a torus) written into the chart's slots.
     """
     ctx = torch.zeros(1, state_dim, dtype=dtype)

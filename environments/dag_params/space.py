@@ -13,7 +13,7 @@ The reference kernels:
 - :math:`\\kappa((G, \\#), \\cdot) = \\sum_{e \\text{ valid}} \\delta_{(G + e, \\#)} + \\lambda_{\\Theta_G}`: counting measure on the
   one-edge supergraphs that stay acyclic (optionally within ``max_parents``), plus Lebesgue measure on the active
   coordinates of :math:`\\Theta_G`: *one* piece whatever :math:`|\\Theta_G|`, charted by :class:`ThetaChart`, a chart of
-  varying dimension (:meth:`~gflownet_measure.transforms.Chart.active`; for a linear model and the empty graph
+  varying dimension (:meth:`~gflownet_measure.charts.Chart.active`; for a linear model and the empty graph
   :math:`\\Theta_\\emptyset = \\mathbb R^0` and the piece is the unit atom :math:`(\\emptyset, ())`);
 - :math:`\\kappa((G, \\theta), \\cdot) = \\delta_\\bot`;
 - :math:`\\kappa_b((G', \\#), \\cdot) = \\sum_{e \\in E(G')} \\delta_{(G' - e, \\#)}` (zero at :math:`s_0`, eq. 5) and
@@ -38,7 +38,7 @@ from torch import Tensor
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import ImplicitAtoms, Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
-from gflownet_measure.transforms import Chart
+from gflownet_measure.charts import Chart
 
 from .dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
 from .reference import PROPOSAL_SCALE, sampled_measures
@@ -53,7 +53,7 @@ class ThetaChart(Chart):
     .. math:: \\log |J| = 0
 
     relative to Lebesgue measure on the active coordinates :math:`\\Theta_G` = ``active(adj)`` of the anchor's graph
-    (:meth:`~gflownet_measure.transforms.Chart.active`); ``U = R^P``, the inactive coordinates 0.
+    (:meth:`~gflownet_measure.charts.Chart.active`); ``U = R^P``, the inactive coordinates 0.
     ``proposal_scale``: of the Gaussian on :math:`\\mathbb R` that Monte Carlo integrals and exploration draw from, by default
     :data:`~environments.dag_params.reference.PROPOSAL_SCALE`.
     """

@@ -171,7 +171,7 @@ def draw_coordinates(box: Box, m: int, dtype) -> Tensor:
 
 def draw_on(chart, context: Tensor) -> Tensor:
     """One random coordinate vector per anchor ``context [m, D]`` (:func:`draw_coordinates`), 0 on the coordinates a chart of
-    varying dimension leaves inactive there (:meth:`~gflownet_measure.transforms.Chart.active`)."""
+    varying dimension leaves inactive there (:meth:`~gflownet_measure.charts.Chart.active`)."""
     u = draw_coordinates(chart.domain, len(context), context.dtype)
     active = chart.active(context)
     return u if active is None else torch.where(active, u, torch.zeros_like(u))

@@ -27,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gflownet_measure.measures import Box
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 PERIODS = (1.0, 2 * math.pi)
 N = 8  # points per example; rows 0 and 1 are the box's corners l and h

@@ -27,7 +27,7 @@ from gflownet_measure.densities import Policy, UniformPolicy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
-from gflownet_measure.transforms import AffineChart, Chart, WithoutJacobian
+from gflownet_measure.charts import AffineChart, Chart, WithoutJacobian
 
 TWO_PI = 2 * math.pi
 D = 2

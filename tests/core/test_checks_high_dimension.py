@@ -19,7 +19,7 @@ from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Box, Piece, charted, counting, sum_measures
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # thousands of coordinates: 1-3 s a test
 

@@ -12,7 +12,7 @@ from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.training import make_optimizer
-from gflownet_measure.transforms import AffineChart, ArcChart, PolarChart
+from gflownet_measure.charts import AffineChart, ArcChart, PolarChart
 
 CFG = hypergrid.HypergridConfig(height=4)
 

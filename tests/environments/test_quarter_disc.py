@@ -13,7 +13,7 @@ from gflownet_measure.heads import BetaMixtureHead
 from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import tied
 from gflownet_measure.rollout import log_densities, sample_backward, sample_forward, score
-from gflownet_measure.transforms import ArcChart, WithoutJacobian
+from gflownet_measure.charts import ArcChart, WithoutJacobian
 
 RHOS = [0.25, 0.1]
 

@@ -182,7 +182,7 @@ def test_checks_catch_a_policy_without_its_jacobian():
     """Dropping the chart's log|J| = n log c (the Li et al. 2023 error) leaves a density that integrates to
     c^n = 0.25 against Lebesgue (gmm9, sigma = 1, T = 4): eq. 15 fails, the graph's own conditions still hold."""
     from gflownet_measure.checks import check_graph
-    from gflownet_measure.transforms import WithoutJacobian
+    from gflownet_measure.charts import WithoutJacobian
 
     torch.manual_seed(6)
     cfg, graph, pf, pb = setup(n_steps=4, sigma=1.0)

@@ -24,7 +24,7 @@ from gflownet_measure.heads import BetaHead
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Box, Piece, charted, counting, sum_measures
 from gflownet_measure.networks import MLPPolicy
-from gflownet_measure.transforms import AffineChart
+from gflownet_measure.charts import AffineChart
 
 chart = AffineChart(Box((0.0,), (1.0,)), slots=(1,), fixed={0: 1.0})
 

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 import torch
 from torch import Tensor
 
-from .measures import Box
+from .boxes import Box
 
 __all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
 
@@ -79,7 +79,7 @@ class Chart(ABC):
         ignores them) and the log-Jacobian is relative to :math:`du_A`. A coordinate density on such a piece is a density
         w.r.t. :math:`du_A`, and a piece with no active coordinate is a unit atom (Lebesgue measure on
         :math:`\\mathbb R^0`). Integration rules draw only the active coordinates
-        (:meth:`~gflownet_measure.measures.Box.masked_points`).
+        (:meth:`~gflownet_measure.boxes.Box.masked_points`).
         """
         return None
 

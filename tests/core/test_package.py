@@ -1,11 +1,35 @@
-"""The package's public face: the deprecated ``gflownet_measure.transforms`` alias of the charts."""
+"""The package's public face: ``__all__``, ``__version__``, a light import, and the deprecated ``transforms`` alias."""
 
 import importlib
+import importlib.metadata
+import subprocess
 import sys
 
 import pytest
 
+import gflownet_measure
 from gflownet_measure import charts
+
+
+def test_every_public_name_resolves():
+    """Each name of ``gflownet_measure.__all__`` is an attribute of the package, listed once."""
+    names = gflownet_measure.__all__
+    assert len(names) == len(set(names))
+    assert [name for name in names if not hasattr(gflownet_measure, name)] == []
+
+
+def test_version_is_the_installed_distributions():
+    assert gflownet_measure.__version__ == importlib.metadata.version("gflownet-measure")
+
+
+def test_importing_the_package_leaves_the_rest_of_the_repository_and_plotting_alone():
+    """``import gflownet_measure`` loads the core only: no environments, experiments, baselines or matplotlib."""
+    code = (
+        "import sys, gflownet_measure; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'environments', 'experiments', 'baselines', 'matplotlib'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_transforms_warns_and_reexports_the_charts():

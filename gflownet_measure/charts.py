@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from .boxes import Box
+from .roundoff import ATOM_ULPS, ulps_from
 
 __all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
 
@@ -100,7 +101,8 @@ class Chart(ABC):
         return self._coords(s, x[:, self.columns])
 
     def contains(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> Tensor:
-        """``[B]`` bool: ``x`` lies in the image :math:`M_s` (other coordinates agree, ``u`` in ``U``)."""
+        """``[B]`` bool: ``x`` lies in the image :math:`M_s` (the coordinates copied from ``s`` agree within
+        :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of round-off, the ``fixed`` and ``advance`` ones exactly, ``u`` in ``U``)."""
         return self.coordinates_of(s, x, atol)[0]
 
     def coordinates_of(self, s: Tensor, x: Tensor, atol: float = 1e-6) -> tuple[Tensor, Tensor]:
@@ -108,7 +110,7 @@ class Chart(ABC):
         keep = [i for i in range(s.shape[1]) if i not in self.slots and i not in self.fixed and i not in self.advance]
         inside = torch.ones(s.shape[0], dtype=torch.bool, device=s.device)
         if keep:
-            inside &= (x[:, keep] == s[:, keep]).all(1)
+            inside &= ulps_from(x[:, keep], s[:, keep]) <= ATOM_ULPS  # copied from the anchor: equal within round-off
         for i, v in self.fixed.items():
             inside &= x[:, i] == v
         for i, v in self.advance.items():

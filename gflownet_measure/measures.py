@@ -25,6 +25,7 @@ from torch import Tensor
 
 from .boxes import Box
 from .charts import Chart
+from .roundoff import ATOM_ULPS, ulps_from
 
 __all__ = ["Box", "Atoms", "Piece", "SupportPoint", "Measure", "WeightedPoints", "counting", "dirac", "charted", "sum_measures"]
 
@@ -63,9 +64,11 @@ class Atoms:
 
         .. math:: k_b = \\min\\{k : \\text{mask}_{bk},\\ \\text{sink}_{bk} = \\text{sink}_b,\\ (\\text{sink}_b \\lor x_{bk} = x_b)\\}
 
-        (the sink matches by its flag alone: its state is ignored).
+        (the sink matches by its flag alone: its state is ignored). States are equal within round-off,
+        :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of :func:`~gflownet_measure.roundoff.ulps_from`: a kernel
+        that recomputes a state (a parent's angle by ``atan2``) still names the atom.
         """
-        hit = self.mask & (self.sink == sink[:, None]) & (sink[:, None] | (self.x == x[:, None, :]).all(-1))
+        hit = self.mask & (self.sink == sink[:, None]) & (sink[:, None] | (ulps_from(self.x, x[:, None, :]) <= ATOM_ULPS))
         return torch.where(hit.any(1), hit.to(torch.int8).argmax(1), -1)
 
 

@@ -12,6 +12,7 @@ inverts itself, on which :meth:`~gflownet_measure.measures.Measure.point_of` (an
 
 from __future__ import annotations
 
+import math
 from typing import Callable, NamedTuple
 
 import torch
@@ -21,8 +22,9 @@ from ..exact import index_of
 from ..graph import PointedGraph
 from ..kernels import Kernel
 from ..measures import Atoms, Measure
+from ..roundoff import ATOM_ULPS, ROUNDOFF_ULPS, ulps_from
 from ..sampled import SampledMeasure
-from .integration import broadcast, draw_on, nu_states, terminal_states
+from .integration import STATE_BUDGET, broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
 __all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
@@ -72,17 +74,39 @@ def _holds(measure: Measure, x: Tensor) -> Tensor:
 WRITTEN_ATOL = 1e-6  # relative; the tolerance of ``Chart.contains``
 
 
+def _among(atoms: Tensor, x: Tensor) -> Tensor:
+    """``[Q]`` bool: each state ``x [Q, D]`` is one of ``atoms [A, D]`` within :data:`~gflownet_measure.roundoff.ATOM_ULPS`
+    (as :meth:`~gflownet_measure.measures.Atoms.locate` matches): exact matches by sorting, the misses against every atom,
+    :data:`~.integration.STATE_BUDGET` numbers at a time."""
+    held = index_of(atoms, x) >= 0
+    miss = (~held).nonzero()[:, 0]
+    chunk = max(1, STATE_BUDGET // max(1, atoms.numel()))
+    for i in range(0, len(miss), chunk):
+        rows = miss[i : i + chunk]
+        held[rows] = (ulps_from(atoms[None], x[rows, None]) <= ATOM_ULPS).any(1)
+    return held
+
+
+def _ulps_to_atoms(measure: Measure, row: int, x: Tensor) -> float:
+    """How far the state ``x [D]`` lies from the nearest atom (not the sink) of measure ``row`` of ``measure``, in units of
+    :func:`~gflownet_measure.roundoff.ulps_from`; infinite where it has none."""
+    a = measure.atoms
+    keep = a.mask[row] & ~a.sink[row]
+    return float(ulps_from(a.x[row][keep], x).min()) if bool(keep.any()) else math.inf
+
+
 def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
-    """``(held [B], written [B])``: ``x`` lies in the support of :math:`\\nu` (atoms by exact match, pieces by their
+    """``(held [B], written [B])``: ``x`` lies in the support of :math:`\\nu` (atoms within round-off, pieces by their
     charts), and is written as :math:`\\nu`'s chart writes that point (``forward(inverse(x)) = x``; an angle of a
     periodic piece taken modulo its period: ``contains`` accepts any representative, the reward and the policies see this one).
+    Atoms match within :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of round-off (:func:`_among`).
     A sampled :math:`\\nu` has no chart to write with: ``held`` is its ``contains``, and ``written`` the same."""
     if isinstance(graph.nu, SampledMeasure):
         held = graph.nu.contains(x).bool()
         return held, held
     a = graph.nu.atoms
     atoms = a.x[0][a.mask[0] & ~a.sink[0]]
-    held = index_of(atoms, x) >= 0 if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
+    held = _among(atoms, x) if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
     written = held.clone()
     if graph.nu.pieces:
         pieces = broadcast(Measure(Atoms.empty(1, x.shape[1], a.x.dtype), graph.nu.pieces), len(x))
@@ -115,6 +139,11 @@ def _first_violation(ok: Tensor, say: Callable[[int, int, int], str]) -> _Findin
 
 _HINT_ATOM = "a shifted, rounded or missing atom on one side?"
 _HINT_PIECE = "the {side} piece at this state has no matching {other} component: a missing `period` on a circle, a wrong arc length or a shifted atom?"
+_HINT_ROUNDOFF = (
+    "round-off: {s} differs from the nearest atom of {rk}({x}, .) by {ulps:.0f} ulps, and atoms match within {tol:g}; "
+    "compute that atom exactly as {k} writes the state (copy the coordinate rather than recompute it, e.g. with atan2), "
+    "or round both kernels' states the same way"
+)
 
 
 def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel, forward: bool) -> list[_Finding]:
@@ -125,7 +154,8 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
     keep = ~mv.sink
     origin, x, comp = mv.origin[keep], mv.x[keep], mv.component[keep]
     o = s[origin]
-    back = _holds(reverse(x), o) if len(x) else torch.ones(0, dtype=torch.bool)
+    rev = reverse(x) if len(x) else None
+    back = _holds(rev, o) if rev is not None else torch.ones(0, dtype=torch.bool)
     held, written = _in_nu(graph, x) if len(x) else (torch.ones(0, dtype=torch.bool),) * 2
     k, rk = ("kappa", "kappa_b") if forward else ("kappa_b", "kappa")
     side, other = ("forward", "backward") if forward else ("backward", "forward")
@@ -135,7 +165,11 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
         return f"{k}({s_}, .) {component_name(measure, int(comp[i]))} moves {s_}={o[i].tolist()} to {x_}={x[i].tolist()}"
 
     def not_reversible(i: int, bad: int, total: int) -> str:
-        hint = _HINT_ATOM if int(comp[i]) < measure.atoms.count else _HINT_PIECE.format(side=side, other=other)
+        ulps = _ulps_to_atoms(rev, i, o[i]) if rev is not None else math.inf
+        if ulps <= ROUNDOFF_ULPS:
+            hint = _HINT_ROUNDOFF.format(s=s_, rk=rk, x=x_, ulps=ulps, tol=ATOM_ULPS, k=k)
+        else:
+            hint = _HINT_ATOM if int(comp[i]) < measure.atoms.count else _HINT_PIECE.format(side=side, other=other)
         return f"{side} move not reversible: {where(i)}, but {s_} is not in the support of {rk}({x_}, .) ({bad} of {total} {side} moves); {hint}"
 
     def not_in_nu(i: int, bad: int, total: int) -> str:

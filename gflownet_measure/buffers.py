@@ -61,6 +61,9 @@ class TransitionBuffer(torch.nn.Module):
     buffers, so that a checkpoint of a model holding it restores the replay too.
     """
 
+    states: torch.Tensor  # registered buffers (nn.Module's __getattr__ would type them Tensor | Module)
+    cursor: torch.Tensor
+
     def __init__(self, capacity: int, state_dim: int, dtype=torch.uint8):
         super().__init__()
         if capacity < 1:

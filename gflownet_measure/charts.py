@@ -163,18 +163,18 @@ class AffineChart(Chart):
             raise ValueError("AffineChart scale must be non-zero")
         self.period = None if period is None else float(period)
         if self.period is not None:
-            self._check_one_period()
+            self._check_one_period(self.period)
             self._span = tuple(self.period / abs(c) for c in self.scale)  # T / |c_i|: one period in coordinate units
             self._start = tuple((lo + hi - w) / 2 for lo, hi, w in zip(domain.low, domain.high, self._span))  # centre - span / 2
 
-    def _check_one_period(self) -> None:
+    def _check_one_period(self, period: float) -> None:
         """Raise unless ``period > 0`` and every coordinate's image is at most one period long (class docstring)."""
-        if not self.period > 0:
-            raise ValueError(f"AffineChart period must be positive, got {self.period}")
+        if not period > 0:
+            raise ValueError(f"AffineChart period must be positive, got {period}")
         for i, (lo, hi, c) in enumerate(zip(self.domain.low, self.domain.high, self.scale)):
-            if not (hi - lo) * abs(c) <= self.period * (1 + 1e-12):
+            if not (hi - lo) * abs(c) <= period * (1 + 1e-12):
                 raise ValueError(
-                    f"AffineChart coordinate {i} maps [{lo:g}, {hi:g}] with scale {c:g} onto {(hi - lo) * abs(c):g}, more than one period {self.period:g}: the chart would not be one-to-one"
+                    f"AffineChart coordinate {i} maps [{lo:g}, {hi:g}] with scale {c:g} onto {(hi - lo) * abs(c):g}, more than one period {period:g}: the chart would not be one-to-one"
                 )
 
     def _scale(self, like: Tensor) -> Tensor:

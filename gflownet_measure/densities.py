@@ -104,6 +104,7 @@ class KernelDensity:
                     base = torch.zeros_like(p.context) if x is None else x
                     x = base.index_put((chosen.nonzero()[:, 0],), p.chart.forward(p.context[chosen], u).to(base.dtype))
             us.append(u)
+        assert x is not None, "draw on an empty batch of states (B = 0)"  # otherwise every row drew an atom or a piece
         return x, sink, SupportPoint(comp, tuple(us))
 
     def widened(self, variance: float) -> "KernelDensity":
@@ -149,6 +150,7 @@ class KernelDensity:
             on = comp == K + c
             if on.any():
                 u = point.u[c]
+                assert u is not None  # the rows on piece c carry its chart coordinates
                 density = (self.coords[c](on).log_prob(u) - p.chart.log_abs_det_jacobian(p.context[on], u)).to(out.dtype)
                 out = out + torch.zeros_like(out).index_put((on.nonzero()[:, 0],), density)
         return out

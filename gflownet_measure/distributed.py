@@ -96,18 +96,20 @@ def average_gradients(params: list[Tensor], loss: Tensor) -> float:
         return float(loss.detach())
     has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=loss.device)
     dist.all_reduce(has, op=dist.ReduceOp.MAX)
-    used = [p for p, h in zip(params, has.tolist()) if h > 0]
-    for p in used:
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    dtype = used[0].grad.dtype if used else loss.dtype
-    flat = torch.cat([p.grad.reshape(-1) for p in used] + [loss.detach().reshape(1).to(dtype)])
+    grads: list[Tensor] = []  # the gradients of the parameters used on some replica, zero where this one left them unset
+    for p, h in zip(params, has.tolist()):
+        if h > 0:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
+    dtype = grads[0].dtype if grads else loss.dtype
+    flat = torch.cat([g.reshape(-1) for g in grads] + [loss.detach().reshape(1).to(dtype)])
     dist.all_reduce(flat)
     flat /= size
     offset = 0
-    for p in used:
-        n = p.numel()
-        p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[offset : offset + n].view_as(g))
         offset += n
     return float(flat[-1])
 

@@ -82,7 +82,7 @@ def _squashed(raw: Tensor, c_min: float, c_span: float) -> Tensor:
 
 def _bounds(box: Box, like: Tensor) -> tuple[Tensor, Tensor]:
     """``(low, high)`` ``[k]`` each, in the dtype and on the device of ``like``."""
-    return tuple(torch.as_tensor(v, dtype=like.dtype, device=like.device) for v in (box.low, box.high))
+    return torch.as_tensor(box.low, dtype=like.dtype, device=like.device), torch.as_tensor(box.high, dtype=like.dtype, device=like.device)
 
 
 class _EdgeClamped(Distribution):

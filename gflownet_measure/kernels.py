@@ -63,6 +63,9 @@ class ImplicitAtoms(Atoms):
     ``kernel(s)``'s, built on first use.
     """
 
+    kernel: Kernel
+    s: Tensor
+
     def __init__(self, kernel: Kernel, s: Tensor, log_mass: Tensor, mask: Tensor, sink: Tensor):
         for name, value in (("kernel", kernel), ("s", s), ("log_mass", log_mass), ("mask", mask), ("sink", sink)):
             object.__setattr__(self, name, value)  # the fields of a frozen dataclass

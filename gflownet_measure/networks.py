@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeGuard, cast
 
 import torch
 from torch import Tensor, nn
@@ -60,6 +60,8 @@ class MLPPolicy(Policy):
             instead of the network's, as the public quarter-disc code does at :math:`s_0`.
     """
 
+    source: Tensor | None  # a registered buffer (nn.Module's __getattr__ would type it Tensor | Module)
+
     def __init__(
         self,
         kernel: Kernel,
@@ -75,7 +77,7 @@ class MLPPolicy(Policy):
         super().__init__(kernel)
         self.encode, self.n_atoms = encode, n_atoms
         self.heads = nn.ModuleList(heads)
-        n_out = n_atoms + len(heads) + sum(h.n_params for h in heads)
+        n_out = n_atoms + len(heads) + sum(cast(int, h.n_params) for h in heads)  # a head's int attribute, typed Tensor | Module by nn.Module
         self.torso = shared_torso if shared_torso is not None else torso(n_in, hidden, n_layers)
         self.out = nn.Linear(_width(self.torso, n_in), n_out)
         self.register_buffer("source", source)
@@ -105,14 +107,14 @@ class MLPPolicy(Policy):
             )
         for c, (head, piece) in enumerate(zip(self.heads, measure.pieces)):
             check_head(c, head, piece.chart)
-        at_source = self._at_source(s)
-        n_source = 0 if at_source is None else int(at_source.sum())
-        if 0 < n_source == len(s):  # the first step of a rollout: free parameters only, no network pass
-            out = self.source_out.expand(len(s), -1)
+        at_source, source_out = self._at_source(s), self.source_out  # both set, or both None (no ``source``)
+        n_source = 0 if at_source is None or source_out is None else int(at_source.sum())
+        if source_out is not None and 0 < n_source == len(s):  # the first step of a rollout: free parameters only, no network pass
+            out = source_out.expand(len(s), -1)
         else:
             out = self.out(self.features(s, at_source) if features is None else features)
-            if n_source:
-                out = torch.where(at_source[:, None], self.source_out.expand_as(out), out)
+            if at_source is not None and source_out is not None and n_source:
+                out = torch.where(at_source[:, None], source_out.expand_as(out), out)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
         coords = []
@@ -122,8 +124,9 @@ class MLPPolicy(Policy):
         return logits, coords
 
 
-def tied(pf: Policy, pb: Policy) -> bool:
-    """Whether ``pb`` shares ``pf``'s torso and state encoding, so that one :meth:`MLPPolicy.features` pass serves both."""
+def tied(pf: Policy, pb: Policy) -> TypeGuard[MLPPolicy]:
+    """Whether ``pb`` shares ``pf``'s torso and state encoding, so that one :meth:`MLPPolicy.features` pass serves both
+    (both are then :class:`MLPPolicy`)."""
     return isinstance(pf, MLPPolicy) and isinstance(pb, MLPPolicy) and pf.torso is pb.torso and pf.encode is pb.encode
 
 

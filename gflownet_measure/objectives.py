@@ -242,6 +242,7 @@ def _fm(gfn: GFlowNet, batch: Batch) -> Tensor:
 
 def _path_sums(batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
     """Per-trajectory :math:`\\log P_F`, :math:`\\log q` and :math:`w = \\log R + \\sum_t \\log P_B - \\sum_t \\log P_F` ``[B]``."""
+    assert batch.scores is not None  # the divergences declare needs_scores, which Objective.__call__ checks
     m, (log_pf, log_pb, log_q) = batch.traj.mask, batch.scores
     return (log_pf * m).sum(0), (log_q * m).sum(0), log_weights(batch.traj.log_R, log_pf, log_pb, m)
 

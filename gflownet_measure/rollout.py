@@ -114,7 +114,7 @@ def _concat_draws(draws: list[SupportPoint]) -> SupportPoint:
     """The per-step draws of a rollout as one :class:`~gflownet_measure.measures.SupportPoint` over its transitions, time-major (the order of ``states[:-1][mask]``)."""
     us = []
     for c in range(len(draws[0].u)):
-        present = [d.u[c] for d in draws if d.u[c] is not None]
+        present = [u for u in (d.u[c] for d in draws) if u is not None]
         us.append(torch.cat(present) if present else None)
     return SupportPoint(torch.cat([d.comp for d in draws]), tuple(us))
 
@@ -155,7 +155,7 @@ def _walk_backward(graph: PointedGraph, pb: Policy, x: Tensor, reparametrise: bo
     """Trajectories ending at ``x [B, D]``, drawn backwards with :math:`P_B` to :math:`s_0` (``rsample`` draws with ``reparametrise``), time-forward."""
     cur = x.clone()
     done = graph.is_source(cur)
-    seq = [cur]
+    walked = [cur]
     for _ in range(graph.max_length):
         active = ~done
         if not active.any():
@@ -167,10 +167,10 @@ def _walk_backward(graph: PointedGraph, pb: Policy, x: Tensor, reparametrise: bo
             px, _ = pb(cur[active]).sample(reparametrise=reparametrise)
             cur = cur.index_put((active.nonzero()[:, 0],), px.to(cur.dtype))
         done = done | graph.is_source(cur)
-        seq.append(cur)
+        walked.append(cur)
     if not done.all():
         raise RuntimeError(f"{graph.name}: {int((~done).sum())} backward trajectories did not reach s0 within {graph.max_length} steps")
-    seq = torch.stack(seq)  # [S, B, D], seq[0] = x
+    seq = torch.stack(walked)  # [S, B, D], seq[0] = x
     S = seq.shape[0]
     n_states = S - (torch.stack([graph.is_source(s) for s in seq]).cumsum(0) > 1).sum(0)  # states up to first s0
     t = torch.arange(S + 1)[:, None]  # positions 0..S

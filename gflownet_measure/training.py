@@ -10,7 +10,7 @@ import random
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, cast
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ def has_checkpoint(out_dir: Path) -> bool:
 
 def _random_states() -> dict:
     """This process's random states as tensors and plain values, so that a checkpoint loads with ``weights_only=True``."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    name, keys, pos, has_gauss, cached = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())  # legacy=True: the tuple
     return {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached], "python": random.getstate()}
 
 
@@ -201,7 +201,7 @@ class Trainer:
         self.run_id = None if run_id is None else json.loads(json.dumps(run_id))  # as it reads back from a checkpoint
         self.checkpoint, self.previous = (self.out_dir / name for name in CHECKPOINTS)
         self.history_path = self.out_dir / "history.jsonl"
-        self.seed = torch.initial_seed() if run_id is None else self.run_id.get("seed", torch.initial_seed())
+        self.seed = torch.initial_seed() if self.run_id is None else self.run_id.get("seed", torch.initial_seed())
 
     def _save(self, step: int, seconds: float) -> None:
         """Rank 0 writes ``checkpoint.pt`` with every replica's random state (a collective: every replica calls it)."""

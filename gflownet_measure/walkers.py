@@ -38,6 +38,9 @@ class Walkers(nn.Module):
     Raises ``RuntimeError`` when a trajectory has made ``graph.max_length`` moves without reaching the sink (eq. 7).
     """
 
+    states: Tensor  # registered buffers (nn.Module's __getattr__ would type them Tensor | Module)
+    moves: Tensor
+
     def __init__(self, graph: PointedGraph, n: int):
         super().__init__()
         if n < 1:

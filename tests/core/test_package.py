@@ -24,10 +24,7 @@ def test_version_is_the_installed_distributions():
 
 def test_importing_the_package_leaves_the_rest_of_the_repository_and_plotting_alone():
     """``import gflownet_measure`` loads the core only: no environments, experiments, baselines or matplotlib."""
-    code = (
-        "import sys, gflownet_measure; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'environments', 'experiments', 'baselines', 'matplotlib'}))"
-    )
+    code = "import sys, gflownet_measure; print(sorted({m.split('.')[0] for m in sys.modules} & {'environments', 'experiments', 'baselines', 'matplotlib'}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

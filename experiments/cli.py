@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("space", metavar="SPACE", help="NAME, MODULE:FACTORY or PATH.py:FACTORY (below)")
     c.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+", help="settings of SPACE (below)")
     c.add_argument("--samples", type=int, default=256, help="Monte Carlo nodes per continuous piece")
-    c.add_argument("--method", default="auto", choices=METHODS, help="integration on continuous pieces: auto (quadrature for eq. 4 where every piece has at most 3 coordinates, else Monte Carlo), mc or quadrature")
+    c.add_argument("--method", default="auto", choices=METHODS, help="integration on continuous pieces: auto (quadrature for eq. 4 and eq. 15-16 where every piece has at most 3 coordinates, else Monte Carlo), mc or quadrature")
     c.add_argument("--seed", type=int, default=0, help="seed of the checks' draws and of the space's construction (default 0)")
     c.add_argument("--threads", type=int, default=DEFAULT_THREADS, help=f"torch CPU threads (default {DEFAULT_THREADS}; see docs/results.md, Wall clock)")
     return p

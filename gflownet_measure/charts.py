@@ -36,7 +36,22 @@ def _columns(slots: tuple[int, ...]) -> slice | list[int]:
 
 
 class Chart(ABC):
-    """:math:`\\varphi_s: U \\to M_s`; subclasses give ``forward``, ``inverse`` and ``log_abs_det_jacobian``.
+    """:math:`\\varphi_s: U \\to M_s`, anchored at a state ``s``: a chart of your own.
+
+    A subclass sets the attributes ``domain``, ``slots`` and ``fixed`` (``advance`` is optional) and writes three methods,
+    on batches (``s [B, D]`` the anchors, ``u [B, k]`` coordinates in ``domain``, ``k = domain.dim``):
+
+    - ``_embed(s, u)``: the ``len(slots)`` moved coordinates ``[B, len(slots)]`` of the image point, in the order of
+      ``slots``;
+    - ``_coords(s, y)``: its inverse, the coordinates ``u [B, k]`` of moved coordinates ``y [B, len(slots)]``;
+    - ``log_abs_det_jacobian(s, u)``: ``[B]``, the log-density of the piece's reference measure w.r.t. ``du`` (module
+      docstring): the area element ``sin(theta)`` of the sphere, an arc's length per unit of ``u``; not a policy's density.
+
+    ``forward``, ``inverse``, ``contains`` and ``coordinates_of`` are built from these (``forward`` copies the anchor,
+    writes ``fixed`` and ``advance``, then the slots), and so are the checks' round trips (``check_charts``). A chart
+    whose piece changes dimension with the anchor also overrides :meth:`active`; a periodic coordinate is a
+    ``domain`` with ``periodic=True`` (or :class:`AffineChart`'s ``period``). ``docs/tutorial.md``, 'A chart of your
+    own', writes the sphere's area chart this way.
 
     Attributes:
         domain: the coordinate box ``U``.

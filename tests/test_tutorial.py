@@ -53,6 +53,8 @@ def test_tutorial_runs():
     assert namespace["report"].passed
     assert not namespace["report_forgetful"].passed
     assert not namespace["report_mismatched"].passed
+    assert namespace["report_sphere"].passed  # section 12: a chart of one's own, the sphere's area
+    assert not namespace["report_flat"].passed  # the same with sin(theta) forgotten
 
 
 def test_the_readme_example_runs_and_passes_its_checks(capsys):

@@ -15,7 +15,7 @@ eq. 4  nu(x)kappa = nu(x)kappa_b       :func:`check_reversibility`              
 eq. 5  kappa_b(s0, .) = 0              :func:`check_source_has_no_parent`            exact
 eq. 6  kappa(s, {sink}) in {0, 1}      :func:`check_sink_mass`                       exact on the sink atoms of kappa at states of nu
 eq. 7  absorbed within N               :func:`check_finite_absorption`               exact propagation over atoms, or forward walks
-eq. 15, 16  P_F, P_B integrate to 1    :func:`check_normalised`                      against the graph's kernels, importance sampling shaped by the policy
+eq. 15, 16  P_F, P_B integrate to 1    :func:`check_normalised`                      against the graph's kernels, by quadrature (<= 3 coordinates) or importance sampling
 =====================================  ============================================  ===================================================================
 
 Verdicts: a row passes, FAILs (located: which kernel, component, state) or is *undecided* when its tolerance is too
@@ -87,7 +87,8 @@ def check_graph(
     Args:
         n: nodes (Monte Carlo draws or quadrature nodes) per continuous piece, random states per piece of nu.
         method: ``"auto"`` (eq. 4 by quadrature when every piece has at most three coordinates, by Monte Carlo otherwise;
-            eq. 15-16 by importance sampling, or by quadrature where every piece of the kernel is periodic), ``"mc"`` (Monte Carlo for eq. 4, importance sampling for eq. 15-16) or
+            eq. 15-16 likewise per kernel, periodic pieces by quadrature at any dimension, and importance sampling deciding a
+            quadrature row that does not pass), ``"mc"`` (Monte Carlo for eq. 4, importance sampling for eq. 15-16) or
             ``"quadrature"`` (both). See :mod:`gflownet_measure.checks.integration`.
         n_functions: random test functions for eq. 4.
         seed: every draw of the checks; torch's global generator is restored afterwards.

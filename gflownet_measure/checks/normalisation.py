@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -20,10 +21,20 @@ from torch.distributions import Beta, Independent, MultivariateNormal, Normal
 from ..densities import KernelDensity, Policy
 from ..graph import PointedGraph
 from ..measures import Box, Measure, WeightedPoints
-from .integration import QUADRATURE_SAFETY, STATE_BUDGET, Z_SCORE, Rule, integrate, nodes, nu_states
+from .integration import QUADRATURE_SAFETY, STATE_BUDGET, Z_SCORE, Rule, integrate, nodes, nu_states, quadrature_fits
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 
-__all__ = ["PROPOSAL_WIDENING", "FIT_DRAWS", "DEFENSIVE", "policy_nodes", "check_normalised"]
+__all__ = [
+    "PROPOSAL_WIDENING",
+    "FIT_DRAWS",
+    "DEFENSIVE",
+    "SAMPLES_MARGIN",
+    "policy_nodes",
+    "normalisation_method",
+    "remedy",
+    "weakest_piece",
+    "check_normalised",
+]
 
 PROPOSAL_WIDENING = 1.05
 """The Gaussian proposal's scale over the policy's: its weights' second moment is :math:`(s^2/\\sqrt{2s^2-1})^k`, 1.0043 per
@@ -178,12 +189,90 @@ def _median(v: Tensor, rows: Tensor) -> Tensor:
     return v[rows].median() if bool(rows.any()) else torch.zeros((), dtype=v.dtype)
 
 
+SAMPLES_MARGIN = 2.0
+"""An undecided importance-sampling row suggests ``n`` times ``SAMPLES_MARGIN (power / POWER)^2`` nodes, up to a power of
+two (:func:`remedy`): its tolerance falls as :math:`1/\\sqrt n`, and the margin covers the spread of a median tolerance
+between draws."""
+
+
+def normalisation_method(measure: Measure, method: str) -> str:
+    """The rule for eq. 15-16 on the kernel ``measure``: ``method`` itself, or for ``"auto"`` quadrature where every piece
+    fits it (:func:`~.integration.quadrature_fits`: at most :data:`~.integration.QUADRATURE_MAX_DIM` coordinates, as eq. 4
+    under :func:`~.integration.pair_method`) or lies on a periodic box, and importance sampling (``"mc"``) otherwise."""
+    if method != "auto":
+        return method
+    fits = all(quadrature_fits(p.chart.domain) or p.chart.domain.periodic for p in measure.pieces)
+    return "quadrature" if measure.pieces and fits else "mc"
+
+
+def remedy(box: Box | None, method: str, n: int, power: float, other: bool) -> str:
+    """What would decide a row left undecided by ``n`` nodes of ``method`` with median tolerance ``power`` on a piece over
+    ``box`` (``None``: the draws of a sampled measure): more nodes (``--samples``, :data:`SAMPLES_MARGIN`), or (``other``)
+    the other rule where it fits the box."""
+    if method == "mc":
+        need = n * 2 ** max(1, math.ceil(math.log2(SAMPLES_MARGIN * (power / POWER) ** 2)))
+        fits = other and box is not None and (quadrature_fits(box) or box.periodic)
+        return f"undecided at {n} draws: try --samples {need}" + (" or --method quadrature" if fits else "")
+    return f"undecided at {n} nodes: try --samples {4 * n}" + (" or --method mc" if other else "")
+
+
+def weakest_piece(measure: Measure, statistical: Tensor) -> tuple[int, float]:
+    """``(c, median)``: the piece of ``measure`` that lacks power, and the median ``statistical`` tolerance ``[B]`` over the
+    states where it is present: of the pieces whose median exceeds :data:`~.results.POWER`, the one present at the most
+    states (it carries the median the verdict reads), else the one of the largest median."""
+    present = measure.component_mask()[:, measure.atoms.count :]
+    medians = [float(statistical[present[:, c]].median()) if bool(present[:, c].any()) else -math.inf for c in range(present.shape[1])]
+    c = max(range(len(medians)), key=lambda c: (medians[c] > POWER, int(present[:, c].sum()) if medians[c] > POWER else medians[c]))
+    return c, medians[c]
+
+
+class _Estimate(NamedTuple):
+    """eq. 15-16 at the states under one rule: the integrals ``est [B]``, their statistical tolerance ``[B]``, the policy's
+    log-densities (their dtype sets the round-off) and the rule in words."""
+
+    est: Tensor
+    statistical: Tensor
+    log_p: Tensor
+    rule: str
+
+
+def _estimate(policy: Policy, s: Tensor, measure: Measure, on_pieces: Tensor, method: str, n: int) -> _Estimate:
+    """The integrals of ``policy`` against ``measure`` (the kernel at ``s``) by ``method`` with ``n`` nodes per piece, and
+    their tolerance (:func:`check_normalised`)."""
+    if method == "quadrature":
+        est, _, log_p = _integral(policy, s, nodes(measure, Rule("quadrature", n)))
+        change = (est - _integral(policy, s, nodes(measure, Rule("quadrature", n, coarse=True)))[0]).abs()
+        statistical = QUADRATURE_SAFETY * torch.maximum(change, _median(change, on_pieces))  # floored like the variances below
+        return _Estimate(est, statistical, log_p, f"quadrature, {n} nodes per piece, {QUADRATURE_SAFETY:g} x the change from 3/4 of the nodes per coordinate")
+    est, var, log_p = _integral(policy, s, policy_nodes(measure, policy(s), n))
+    # The same estimator runs at every state, so its variance is pooled: a state's own sample variance is floored
+    # at the median over the states with a piece (the others are exact sums). With near-matched importance weights
+    # (bounded, left-skewed) a high estimate comes with a low sample variance, and the max over hundreds of states
+    # of a z-score on its own variance fails a correct density (seen: 5.3 "standard errors" whose pooled value was 3.2).
+    statistical = Z_SCORE * torch.maximum(var, _median(var, on_pieces)).sqrt()
+    return _Estimate(est, statistical, log_p, f"importance sampling, {n} nodes per piece, {Z_SCORE:g} standard errors")
+
+
+def _judged(e: _Estimate, on_pieces: Tensor) -> tuple[Tensor, Tensor, bool, bool, float, int]:
+    """``(err, tol, passed, undecided, power, worst)`` of the comparisons :math:`|\\int - 1|` (:func:`~.results.verdict`)."""
+    err = (e.est - 1).abs()
+    # round-off of a softmax in the policy's precision, summed over up to a few dozen atoms, relative to 1 + |integral|
+    tol = e.statistical + 64 * torch.finfo(e.log_p.dtype).eps * (1 + e.est.abs())
+    return err, tol, *verdict(err, tol, e.statistical, torch.ones_like(e.est), on_pieces)
+
+
 def check_normalised(graph: PointedGraph, policy: Policy, backward: bool, n: int, method: str) -> CheckResult:
     """eq. 15-16: :math:`\\int P(s, dx) = \\int p(s, x)\\, \\kappa(s, dx) = 1` at states drawn from :math:`\\nu` (in float32, the policies' precision).
 
-    ``method``: ``"auto"`` and ``"mc"`` use :func:`policy_nodes`, ``"quadrature"`` Gauss rules; ``"auto"`` also uses quadrature
-    when every piece of the kernel lies on a periodic box (the trapezoidal rule of :class:`~gflownet_measure.measures.Box`,
-    where a moment-fitted proposal misses the modes of a von Mises mixture). Each state is one
+    ``method``: ``"mc"`` uses :func:`policy_nodes`, ``"quadrature"`` Gauss rules (the trapezoidal rule of a periodic
+    :class:`~gflownet_measure.boxes.Box`, where a moment-fitted proposal misses the modes of a von Mises mixture), and
+    ``"auto"`` quadrature where every piece fits it (:func:`normalisation_method`, as eq. 4 does), importance sampling where
+    a piece does not. Under ``"auto"`` a quadrature row that does not pass is decided again by importance sampling, whose
+    error bars hold for any density: the change from the coarse rule underestimates the error of a density too sharp for
+    the nodes (a Brownian bridge's Gaussian against a Gauss-Hermite rule of the box's scale, seen failing at 0.99963) or
+    singular at an end (a Beta concentration below 1); a quadrature FAIL stands only where importance sampling is
+    undecided. An undecided row
+    names the piece that lacks power and the ``n`` (``--samples``) or method that would decide it (:func:`remedy`). Each state is one
     comparison of :math:`|\\int - 1|`; the size it is judged against for power is 1.
     """
     s = nu_states(graph, n, torch.float32)
@@ -192,29 +281,24 @@ def check_normalised(graph: PointedGraph, policy: Policy, backward: bool, n: int
     with torch.no_grad():
         measure = kernel(s)  # the graph's kernel, not the policy's own (eq. 15-16)
         on_pieces = measure.component_mask()[:, measure.atoms.count :].any(1)  # the states whose integral is estimated
-        periodic = bool(measure.pieces) and all(p.chart.domain.periodic for p in measure.pieces)
-        if method == "quadrature" or (method == "auto" and periodic):  # a periodic rule is spectrally accurate on a circle
-            est, _, log_p = _integral(policy, s, nodes(measure, Rule("quadrature", n)))
-            change = (est - _integral(policy, s, nodes(measure, Rule("quadrature", n, coarse=True)))[0]).abs()
-            statistical = QUADRATURE_SAFETY * torch.maximum(change, _median(change, on_pieces))  # floored like the variances below
-            rule = f"quadrature, {n} nodes per piece, {QUADRATURE_SAFETY:g} x the change from 3/4 of the nodes per coordinate"
-        else:
-            est, var, log_p = _integral(policy, s, policy_nodes(measure, policy(s), n))
-            # The same estimator runs at every state, so its variance is pooled: a state's own sample variance is floored
-            # at the median over the states with a piece (the others are exact sums). With near-matched importance weights
-            # (bounded, left-skewed) a high estimate comes with a low sample variance, and the max over hundreds of states
-            # of a z-score on its own variance fails a correct density (seen: 5.3 "standard errors" whose pooled value was 3.2).
-            statistical = Z_SCORE * torch.maximum(var, _median(var, on_pieces)).sqrt()
-            rule = f"importance sampling, {n} nodes per piece, {Z_SCORE:g} standard errors"
-    err = (est - 1).abs()
-    # round-off of a softmax in the policy's precision, summed over up to a few dozen atoms, relative to 1 + |integral|
-    tol = statistical + 64 * torch.finfo(log_p.dtype).eps * (1 + est.abs())
-    passed, undecided, power, i = verdict(err, tol, statistical, torch.ones_like(est), on_pieces)
+        rule = normalisation_method(measure, method)
+        e = _estimate(policy, s, measure, on_pieces, rule, n)
+        err, tol, passed, undecided, power, i = _judged(e, on_pieces)
+        fallback = not passed and method == "auto" and rule == "quadrature"
+        if fallback:  # quadrature is trusted to pass only (docstring): importance sampling decides the rest
+            sampled = _estimate(policy, s, measure, on_pieces, "mc", n)
+            judged = _judged(sampled, on_pieces)
+            if not judged[3] or undecided:  # importance sampling decided, or neither did
+                rule, e, (err, tol, passed, undecided, power, i) = "mc", sampled, judged
     name = CONDITIONS["P_B" if backward else "P_F"]
     if undecided:
-        detail = f"{UNDECIDED} (median tolerance {power:.2g} > {POWER:g}; {rule})"
+        c, piece_power = weakest_piece(measure, e.statistical)
+        chart = measure.pieces[c].chart
+        advice = remedy(chart.domain, rule, n, max(power, piece_power), other=not fallback)
+        piece = f"piece {c} ({type(chart).__name__}, {chart.domain.dim} coordinate{'s' if chart.domain.dim != 1 else ''})"
+        detail = f"{UNDECIDED}; {piece} {advice} (median tolerance {power:.2g} > {POWER:g}; {e.rule})"
     elif passed:
-        detail = f"worst of {len(s)} states: integral {float(est[i]):.6g} ({rule}; median tolerance {power:.2g})"
+        detail = f"worst of {len(s)} states: integral {float(e.est[i]):.6g} ({e.rule}; median tolerance {power:.2g})"
     else:
-        detail = f"worst of {len(s)} states: integral {float(est[i]):.6g} at s={s[i].tolist()}"
+        detail = f"worst of {len(s)} states: integral {float(e.est[i]):.6g} at s={s[i].tolist()} ({e.rule})"
     return CheckResult(name, float(err[i]), float(tol[i]), passed, detail, undecided)

@@ -27,6 +27,7 @@ from ..graph import PointedGraph
 from ..measures import WeightedPoints
 from ..sampled import SampledMeasure
 from .integration import EXACT_RTOL, QUADRATURE_SAFETY, STATE_BUDGET, Z_SCORE, Rule, exact_graph, integrate, nodes, pair_method, sampled_measures
+from .normalisation import remedy
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 from .support import component_name
 
@@ -225,6 +226,23 @@ def _located(r: _Integrals, k: int) -> str:
     )
 
 
+def _lacking(graph: PointedGraph, rule: Rule, power: float, method: str) -> str:
+    """The piece whose nodes are sparsest (the most coordinates, of nu, the terminal measure, kappa or kappa_b) and what
+    would decide eq. 4 there (:func:`~.normalisation.remedy`); the draws of a sampled measure where no measure has a piece."""
+    s0 = graph.source[None]
+    listed = [(label, m.pieces) for label, m in (("nu", graph.nu), ("the terminal measure", graph.terminal)) if not isinstance(m, SampledMeasure)]
+    named = [
+        (label, c, p.chart)
+        for label, pieces in listed + [("kappa", graph.kappa(s0).pieces), ("kappa_b", graph.kappa_b(s0).pieces)]
+        for c, p in enumerate(pieces)
+    ]
+    if not named:
+        return f"the draws of the sampled measures {remedy(None, 'mc', rule.n, power, False)}"
+    label, c, chart = max(named, key=lambda t: t[2].domain.dim)
+    k = chart.domain.dim
+    return f"{label} piece {c} ({type(chart).__name__}, {k} coordinate{'s' if k != 1 else ''}) {remedy(chart.domain, rule.method, rule.n, power, method != 'quadrature')}"
+
+
 def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: int, gen: torch.Generator) -> CheckResult:
     """eq. 4: :math:`\\int f\\, d(\\nu\\otimes\\kappa) = \\int f(s, s')\\, \\nu(ds')\\kappa_b(s', ds)` for random ``f``, sink pairs included.
 
@@ -245,7 +263,7 @@ def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: i
     if passed:
         detail = f"max |lhs - rhs| over {n_functions} test functions ({how}; median tolerance / |integral| {power:.2g})"
     elif undecided:
-        detail = f"{UNDECIDED} (median tolerance / |integral| {power:.2g} > {POWER:g}; {how})"
+        detail = f"{UNDECIDED}; {_lacking(graph, rule, power, method)} (median tolerance / |integral| {power:.2g} > {POWER:g}; {how})"
     else:
         detail = _located(r, k)
     return CheckResult(CONDITIONS["reversibility"], float(diff[k]), float(tol[k]), passed, detail, undecided)

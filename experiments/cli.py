@@ -5,7 +5,8 @@
 a module or factory that does not load, raises or returns something else than a graph is a user error as well.
 
 User errors (unknown names, presets, keys, values out of range, unreadable inputs, a run folder that holds another
-run, a checkpoint of another run) print one line and exit with code 2, before anything in the run folder is touched;
+run, a checkpoint of another run, a space whose objects return tensors of the wrong shape: :mod:`gflownet_measure.contracts`)
+print one line and exit with code 2, before anything in the run folder is touched;
 a diverged training prints one line and exits with code 1, keeping the last good checkpoint; Ctrl-C prints where the
 last checkpoint is and exits with code 130. See the README's "Reliability" section for what a run folder guarantees.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 from environments import ENVIRONMENTS, get_environment
-from gflownet_measure.checks import METHODS, check_graph
+from gflownet_measure.checks import CONDITIONS, METHODS, check_graph
 from gflownet_measure.distributed import ReplicaFinished, broadcast_object, init_from_env, is_main
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
@@ -212,6 +213,9 @@ def cmd_check(args) -> int:
         graph = spec.make_graph(config)
         pf, pb = spec.make_policies(graph, config)
     report = check_graph(graph, pf, pb, n=args.samples, method=args.method, seed=args.seed)
+    contracts = next(r for r in report.results if r.condition == CONDITIONS["contracts"])
+    if not contracts.passed:  # a tensor of the wrong shape: a user error, and no other row was run
+        raise ConfigError(f"check: {args.space}: {contracts.detail}")
     print(report)
     return 0 if report.passed else 1
 

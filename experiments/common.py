@@ -16,6 +16,7 @@ from typing import Callable, Mapping, NamedTuple
 import torch
 from torch import nn
 
+from gflownet_measure.checks import probe_contracts
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
@@ -28,6 +29,11 @@ from .run_folder import load_run_config
 from .settings import ConfigError
 
 __all__ = ["TRAINING_SETTINGS", "EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "learned_log_Z", "final_samples"]
+
+CONTRACT_STATES = 4
+"""Random points per piece of nu and of the terminal measure at which a run probes the shape contracts of its space,
+policies and state flow (:mod:`gflownet_measure.contracts`) once, before the first update: a log-reward ``[B, 1]``
+would otherwise train silently to a wrong log Z."""
 
 TRAINING_SETTINGS = {
     "steps": Setting(3000, "gradient updates", low=1),
@@ -239,7 +245,12 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
     experiment has no such setting (an objective that learns no log Z); a learned P_B at ``cfg["lr_backward"]`` where
     the experiment has it and it is not 0 (else at ``lr``); ``lr_modules`` (parameter-name prefix -> rate) other modules
     of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
+
+    Before anything else, the shape contracts of ``graph``, ``gfn.pf``, ``gfn.pb`` and ``gfn.log_F`` are probed at a few
+    states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contracts.ContractError`, one line, where one fails).
     """
+    with torch.random.fork_rng():  # the probe's draws leave the run's random stream as it was
+        probe_contracts(graph, {"P_F": gfn.pf, "P_B": gfn.pb, "log_F": gfn.log_F}, CONTRACT_STATES)
     if batches is None:
         if objective.batch != "trajectories":
             raise ValueError(f"objective {objective.name!r} trains on {objective.batch}: train_gflownet needs their source as batches=")

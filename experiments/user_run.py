@@ -21,13 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gflownet_measure.checks import probe_contracts
+from gflownet_measure.contracts import ContractError
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
 
-from .common import TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
+from .common import CONTRACT_STATES, TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
 from .plots import plot_history, plot_terminal_samples
 from .registry import Experiment
 from .settings import ConfigError
@@ -70,9 +72,15 @@ def user_experiment(target: str) -> Experiment:
         return graph, pf, pb if pb is not None else UniformPolicy(graph.kappa_b)
 
     def validate(cfg: dict) -> None:
-        """Before the run folder is touched: the space builds, two trajectories roll out and score under P_F and P_B
-        (a reward of the wrong shape, a kernel or policy that raises: one line), and the objective fits the kernels."""
+        """Before the run folder is touched: the space builds, its objects keep their shape contracts
+        (:mod:`gflownet_measure.contracts`: a reward of the wrong shape, atoms of the wrong width, a policy whose ``n_in``
+        is not the width of ``encode``), two trajectories roll out and score under P_F and P_B (a kernel or policy that
+        raises), each one line, and the objective fits the kernels."""
         graph, pf, pb = build(cfg)
+        try:
+            probe_contracts(graph, {"P_F": pf, "P_B": pb}, CONTRACT_STATES)
+        except ContractError as e:
+            raise ConfigError(f"run: {target}: {e}") from None
         try:
             with torch.no_grad():
                 traj = sample_forward(graph, pf, 2)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
 from torch import Tensor
 
+from .contracts import checked_log_reward
 from .kernels import Kernel
 from .measures import Measure
 from .sampled import SampledMeasure
@@ -55,19 +55,6 @@ class PointedGraph:
         return (x == self.source.to(x)).all(-1)
 
     def checked_log_reward(self, x: Tensor) -> Tensor:
-        """``log_reward(x)``, raising a one-line ``ValueError`` where its shape is not ``[B]`` (a ``[B, 1]`` would
-        broadcast against ``[B]`` terms into a ``[B, B]`` residual and train silently to a wrong log Z) or a value is NaN
-        or ``+inf``."""
-        log_r = self.log_reward(x)
-        if not isinstance(log_r, Tensor) or log_r.shape != x.shape[:1]:
-            got = tuple(log_r.shape) if isinstance(log_r, Tensor) else type(log_r).__name__
-            raise ValueError(
-                f"{self.name}: log_reward returned {list(got) if isinstance(got, tuple) else got} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)"
-            )
-        bad = torch.isnan(log_r) | (log_r == float("inf"))
-        if bad.any():
-            i = int(bad.nonzero()[0])
-            raise ValueError(
-                f"{self.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf"
-            )
-        return log_r
+        """``log_reward(x)`` ``[B]``, or a one-line :class:`~gflownet_measure.contracts.ContractError` (a ``ValueError``)
+        where its shape is not ``[B]`` or a value is NaN or ``+inf`` (:func:`~gflownet_measure.contracts.checked_log_reward`)."""
+        return checked_log_reward(self, x)

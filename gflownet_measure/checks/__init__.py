@@ -6,6 +6,7 @@ tolerance, verdict, detail). Each row is one of:
 =====================================  ============================================  ===================================================================
 condition                              function                                      how
 =====================================  ============================================  ===================================================================
+shapes  R, kernels, charts, encode     :func:`check_contracts`                       the shape contracts of :mod:`gflownet_measure.contracts` at states of nu and the terminal measure
 eq. 1  reachability                    :func:`check_reachability`                    exact search over atoms, or backward walks from states of nu (no reward evaluated)
 eq. 2  absorbing sink                  :func:`check_absorbing_sink`                  no kappa_b(s, .) at states of nu has a sink atom
 support kappa <-> kappa_b (eq. 4)      :func:`check_support`                         every forward move is a backward move and the reverse, within nu; sink moves = terminal measure
@@ -17,6 +18,11 @@ eq. 6  kappa(s, {sink}) in {0, 1}      :func:`check_sink_mass`                  
 eq. 7  absorbed within N               :func:`check_finite_absorption`               exact propagation over atoms, or forward walks
 eq. 15, 16  P_F, P_B integrate to 1    :func:`check_normalised`                      against the graph's kernels, by quadrature (<= 3 coordinates) or importance sampling
 =====================================  ============================================  ===================================================================
+
+The shapes row runs first: a log-reward ``[B, 1]`` instead of ``[B]``, atoms of the wrong width, a policy whose ``n_in``
+is not the width of ``encode`` or a NaN reward FAIL there in one line (the object, what it returned, what is expected), and
+the other rows are *not run* (:attr:`CheckResult.skipped`): a wrong shape would otherwise make them fail, or pass, for no
+reason of theirs.
 
 Verdicts: a row passes, FAILs (located: which kernel, component, state) or is *undecided* when its tolerance is too
 large to see the errors it is for (:data:`POWER`); :attr:`Report.passed` needs every row to pass. Tolerances:
@@ -38,6 +44,7 @@ import torch
 
 from ..densities import Policy
 from ..graph import PointedGraph
+from .contracts import check_contracts, probe_contracts
 from .encoding import check_encoding
 from .integration import EXACT_RTOL, METHODS, Z_SCORE, integrate
 from .normalisation import FIT_DRAWS, PROPOSAL_WIDENING, check_normalised
@@ -50,6 +57,9 @@ __all__ = [
     "CheckResult",
     "Report",
     "check_graph",
+    "check_contracts",
+    "probe_contracts",
+    "NOT_RUN",
     "integrate",
     "Z_SCORE",
     "EXACT_RTOL",
@@ -71,6 +81,9 @@ __all__ = [
 ]
 
 
+NOT_RUN = "because a shape contract fails (the shapes row)"
+
+
 def _guarded(condition: str, check: Callable[[], CheckResult]) -> CheckResult:
     """``check()``, or a failed row for ``condition`` carrying the ``ValueError`` / ``RuntimeError`` it raised."""
     try:
@@ -83,6 +96,8 @@ def check_graph(
     graph: PointedGraph, pf: Policy | None = None, pb: Policy | None = None, n: int = 256, method: str = "auto", n_functions: int = 8, seed: int = 0
 ) -> Report:
     """Run every condition of Definition 1 (and eq. 15-16 when policies are given) on ``graph``; never raises for a broken graph or policy.
+
+    The shapes row (:func:`check_contracts`) runs first; when it fails, every other row is *not run*.
 
     Args:
         n: nodes (Monte Carlo draws or quadrature nodes) per continuous piece, random states per piece of nu.
@@ -114,7 +129,12 @@ def check_graph(
     if pb is not None:
         rows.append((CONDITIONS["P_B"], lambda: check_normalised(graph, pb, True, n, method)))
     try:
-        results = tuple(_guarded(condition, check) for condition, check in rows)
+        contracts = _guarded(CONDITIONS["contracts"], lambda: check_contracts(graph, {"P_F": pf, "P_B": pb}, n))
+        torch.manual_seed(seed)  # the other rows draw what they drew before the shapes row existed
+        if contracts.passed:
+            results = tuple(_guarded(condition, check) for condition, check in rows)
+        else:
+            results = tuple(CheckResult(condition, float("nan"), 0.0, False, NOT_RUN, skipped=True) for condition, _ in rows)
     finally:
         torch.set_rng_state(state)
-    return Report(graph.name, results)
+    return Report(graph.name, (contracts, *results))

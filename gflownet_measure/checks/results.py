@@ -31,6 +31,7 @@ affected component carries only half of the integral.
 UNDECIDED = "undecided: too little power; raise n or use method='quadrature'"
 
 CONDITIONS = {
+    "contracts": "shapes  R, kernels, charts, encode",
     "reachability": "eq. 1  reachability",
     "absorbing": "eq. 2  absorbing sink",
     "support": "support kappa <-> kappa_b (eq. 4)",
@@ -51,6 +52,7 @@ class CheckResult:
     """One condition: its measured violation ``estimate`` against ``tolerance``, and the verdict.
 
     ``undecided`` results are never ``passed``: :attr:`Report.passed` is false while any condition is undecided.
+    ``skipped`` results were not run (another row, the shape contracts, failed first) and are not ``passed`` either.
     """
 
     condition: str
@@ -59,11 +61,12 @@ class CheckResult:
     passed: bool
     detail: str = ""
     undecided: bool = False
+    skipped: bool = False
 
     @property
     def verdict(self) -> str:
-        """``"pass"``, ``"FAIL"`` or ``"undecided"``."""
-        return "pass" if self.passed else "undecided" if self.undecided else "FAIL"
+        """``"pass"``, ``"FAIL"``, ``"undecided"`` or ``"not run"``."""
+        return "pass" if self.passed else "undecided" if self.undecided else "not run" if self.skipped else "FAIL"
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class Report:
             lines.append(f"{r.condition:<{w}}  {r.estimate:>11.3g}  {r.tolerance:>11.3g}  {r.verdict}  {r.detail}")
         if self.passed:
             lines.append("all conditions hold")
-        elif any(not r.passed and not r.undecided for r in self.results):
+        elif any(r.verdict == "FAIL" for r in self.results):
             lines.append("some conditions FAIL")
         else:
             lines.append(f"some conditions are {UNDECIDED}")

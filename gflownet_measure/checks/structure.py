@@ -43,8 +43,9 @@ def _successors(states: Tensor, atoms) -> Tensor:
 
 
 def _some(states: Tensor, k: int = 3) -> str:
-    """The first ``k`` rows of ``states`` as lists, for a message."""
-    return ", ".join(str(v) for v in states[:k].tolist()) + (", ..." if len(states) > k else "")
+    """The first ``k`` distinct rows of ``states`` as lists, for a message (walks that end at one state name it once)."""
+    rows = list(dict.fromkeys(map(tuple, states.tolist())))
+    return ", ".join(str(list(v)) for v in rows[:k]) + (", ..." if len(rows) > k else "")
 
 
 def _walk(graph: PointedGraph, policy: Policy, x: Tensor, forward: bool) -> tuple[Tensor, str]:

@@ -94,7 +94,7 @@ CLASH = BETA.replace("def make_graph(power: float = 1.0, hidden: int = 32):", "d
 
 @pytest.mark.parametrize("source, extra, message", [
     (NO_POLICY, [], r"returns no forward policy; return \(graph, pf\)"),
-    (COLUMN_REWARD, [], r"log_reward returned \[2, 1\] for 2 states; expected a tensor of shape \[2\]"),
+    (COLUMN_REWARD, [], r"log_reward returned \[(\d+), 1\] for \1 states; expected a tensor of shape \[\1\]"),
     (REQUIRED, [], "parameter power of make_graph has no default"),
     (CLASH, [], "setting steps has the name of a training setting"),
     (BETA, ["--set", "objective=fm"], "objective fm needs kernels of atoms only"),

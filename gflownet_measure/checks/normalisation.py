@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.distributions import Beta, Independent, MultivariateNormal, Normal
+from torch.distributions import Beta, Distribution, Independent, MultivariateNormal, Normal
 
 from ..densities import KernelDensity, Policy
 from ..graph import PointedGraph
@@ -107,10 +107,12 @@ def _gaussian_proposal(box: Box, mean: Tensor, cov: Tensor, n: int, active: Tens
         else:
             cov = torch.where(active[:, :, None] & active[:, None, :], cov, torch.diag_embed(torch.ones_like(mean)))
     per_coordinate = None
+    q: Distribution
     if cov.dim() == 2:  # a diagonal covariance, drawn coordinate by coordinate
-        q = Independent(Normal(mean, PROPOSAL_WIDENING * cov.clamp(min=1e-24).sqrt()), 1)
+        coordinates = Normal(mean, PROPOSAL_WIDENING * cov.clamp(min=1e-24).sqrt())
+        q = Independent(coordinates, 1)
         u = q.sample((n,))  # [n, R, k]
-        per_coordinate = q.base_dist.log_prob(u)
+        per_coordinate = coordinates.log_prob(u)
     else:
         jitter = 1e-12 * (1 + cov.diagonal(dim1=-2, dim2=-1).amax(-1))[:, None, None] * torch.eye(k, dtype=cov.dtype)
         q = MultivariateNormal(mean, scale_tril=PROPOSAL_WIDENING * torch.linalg.cholesky(cov + jitter))

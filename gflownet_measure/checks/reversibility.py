@@ -127,7 +127,7 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
     first = kernel(s[:1])
     C = first.n_components
     chunk = max(1, PAIR_BUDGET // (nodes(first, rule).x.shape[1] * width))
-    est, var, mass, groups = [], [], [], torch.zeros(K, 3 * C, dtype=torch.float64)
+    est_parts, var_parts, mass_parts, groups = [], [], [], torch.zeros(K, 3 * C, dtype=torch.float64)
     i = 0
     while i < len(s):
         inner = nodes(kernel(s[i : i + chunk]), rule)
@@ -146,14 +146,14 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         w = torch.where(inner.mask, inner.log_w.exp(), torch.zeros_like(inner.log_w))
         terms = w * v  # [K, N, M]; masked nodes have weight 0
         per_state = [integrate(inner, vk) for vk in v]
-        est.append(torch.stack([e for e, _ in per_state]))
-        var.append(torch.stack([vv for _, vv in per_state]))
-        mass.append((w * v.abs()).sum(2))
+        est_parts.append(torch.stack([e for e, _ in per_state]))
+        var_parts.append(torch.stack([vv for _, vv in per_state]))
+        mass_parts.append((w * v.abs()).sum(2))
         slot = (kind * C + inner.component).flatten()  # [N M]: pair type and component of each node
         groups.index_add_(1, slot, (w_out[i : i + len(x), None] * terms).flatten(1))
         i += len(inner.x)
     pad = [torch.zeros(K, len(zero), dtype=torch.float64)]
-    est, var, mass = torch.cat(est + pad, 1), torch.cat(var + pad, 1), torch.cat(mass + pad, 1)
+    est, var, mass = torch.cat(est_parts + pad, 1), torch.cat(var_parts + pad, 1), torch.cat(mass_parts + pad, 1)
     out = [integrate(sub, est[k][None], var[k][None]) for k in range(K)]
     return Side(
         torch.cat([e for e, _ in out]),
@@ -184,7 +184,8 @@ def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int) ->
     t_sink, log_g = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M], [1, M]
     terminal = replace(terminal, log_w=terminal.log_w + log_g)
     sink_terms = [(*integrate(terminal, t), integrate(terminal, t.abs())[0]) for t in t_sink]
-    return _Integrals(lhs, rhs, tuple(torch.cat(col) for col in zip(*sink_terms)))
+    est, var, mass = (torch.cat(col) for col in zip(*sink_terms))
+    return _Integrals(lhs, rhs, (est, var, mass))
 
 
 def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule: Rule, seed: int) -> tuple[Tensor, str]:

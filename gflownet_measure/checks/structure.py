@@ -26,7 +26,10 @@ def _enumerated(graph: PointedGraph) -> bool:
 
 
 def _atom_states(graph: PointedGraph) -> Tensor:
-    return graph.nu.atoms.x[0][graph.nu.atoms.mask[0]].float()
+    """The atoms ``[S, D]`` of an :func:`_enumerated` :math:`\\nu`."""
+    nu = graph.nu
+    assert isinstance(nu, Measure), "exact searches run on a listed nu (_enumerated)"
+    return nu.atoms.x[0][nu.atoms.mask[0]].float()
 
 
 def _source_mask(graph: PointedGraph, states: Tensor) -> Tensor:

@@ -114,9 +114,9 @@ def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
         point = pieces.point_of(y, torch.zeros(len(x), dtype=torch.bool))
         held |= point.comp >= 0
         for c, p in enumerate(pieces.pieces):
-            rows = (point.comp == c).nonzero()[:, 0]
-            if len(rows):
-                z = p.chart.forward(p.context[rows], point.u[c]).to(y.dtype)
+            rows, u = (point.comp == c).nonzero()[:, 0], point.u[c]
+            if u is not None:  # the coordinates of the rows on piece c, None where no row is
+                z = p.chart.forward(p.context[rows], u).to(y.dtype)
                 written[rows] = ((z - y[rows]).abs() <= WRITTEN_ATOL * (1 + y[rows].abs())).all(1)
     return held, written
 

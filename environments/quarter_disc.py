@@ -125,6 +125,17 @@ class QuarterDiscKernel(Kernel):
         atoms = Atoms(parent[:, None], torch.zeros(B, 1, dtype=s.dtype), (in_disc | point)[:, None], torch.zeros(B, 1, dtype=torch.bool))
         return Measure(atoms, (Piece(self.arc, s, has_arc & ~in_disc),))
 
+    def boundaries(self, s: Tensor) -> Tensor:
+        """The known jumps of :math:`s \\mapsto \\kappa(s, \\cdot)` (:meth:`~gflownet_measure.kernels.Kernel.boundaries`), as
+        level functions ``[B, L]``: forward, the forced exit :math:`B(1 - s) - A(1 - s)` (the arc vanishes where it is
+        :math:`\\le 0` and the sink takes all of :math:`P_F`); backward, the first disc :math:`\\|s\\| - \\rho` (the atom
+        :math:`s_0` inside, the backward arc outside) and the backward arc's :math:`B(s) - A(s)` (a single point on a wall)."""
+        if self.forward:
+            lo, hi = arc_bounds(1 - s, self.rho)
+            return (hi - lo)[:, None]
+        lo, hi = arc_bounds(s, self.rho)
+        return torch.stack([torch.linalg.vector_norm(s, dim=1).double() - self.rho, hi - lo], 1)
+
 
 def _regions(x: Tensor) -> tuple[Tensor, Tensor]:
     """Whether each point of ``x [B, 2]`` lies in the R1 band and in an R2 square (module docstring; strict inequalities), ``[B]`` each."""

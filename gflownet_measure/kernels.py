@@ -53,6 +53,14 @@ class Kernel(ABC):
         :meth:`ImplicitAtoms.locate` checks presence against its mask."""
         return self(s).atoms.locate(x, sink)
 
+    def boundaries(self, s: Tensor) -> Tensor | None:
+        """Where :math:`s \\mapsto \\kappa(s, \\cdot)` may jump inside a piece of :math:`\\nu`: ``[B, L]`` level functions whose
+        zero sets are the known boundaries (a jump between two states where one of them changes sign, or is 0, is declared);
+        ``None`` (the default): none. Eq. 3 asks only that :math:`s \\mapsto \\kappa(s, B)` be measurable, so a kernel may
+        switch components across a boundary (the quarter disc's forced exit); declaring it tells the eq. 3 row
+        (:mod:`gflownet_measure.checks.continuity`) that a jump there is meant. A policy's jumps are declared by its kernel's."""
+        return None
+
 
 class ImplicitAtoms(Atoms):
     """The atoms of :math:`\\kappa(s, \\cdot)` with their states left to ``kernel``.
@@ -92,6 +100,9 @@ class Materialised(Kernel):
 
     def __call__(self, s: Tensor) -> Measure:
         return self.kernel(s)
+
+    def boundaries(self, s: Tensor) -> Tensor | None:
+        return self.kernel.boundaries(s)
 
     def __getattr__(self, name: str):
         if name == "kernel":  # not set yet (a copy being built): no recursion

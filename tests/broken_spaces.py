@@ -510,6 +510,20 @@ def circle_pb_without_jacobian():
     return (g, *circle_policies(g, pb_kernel=CircleBackward(WithoutJacobian(arc))))
 
 
+def circle_encode_stepped(s: Tensor) -> Tensor:
+    """[B, 6]: :func:`circle_encode` and 4 * 1[theta > pi], a step inside every circle of the space."""
+    return torch.cat([circle_encode(s), 4 * (s[:, 1:2] > math.pi).float()], 1)
+
+
+def circle_pf_jumps_at_pi():
+    """P_F reads 4 * 1[theta > pi] through its own encode, so its density jumps at theta = pi inside the stage-1 circle (no boundary declared): the eq. 3 row must fail, alone, at a state [1, pi]."""
+    g = circle("circle, P_F with a step at theta = pi")
+    torch.manual_seed(SEED)
+    heads = [VonMisesHead(UNIT), BetaHead(1, domain=Box((0.0,), (ARC,)))]
+    pf = MLPPolicy(g.kappa, circle_encode_stepped, n_in=6, n_atoms=1, heads=heads, hidden=16, n_layers=1)
+    return g, pf, UniformPolicy(g.kappa_b)
+
+
 # --- segment: the README's one-step space -----------------------------------------------------------------------------
 
 SEGMENT = AffineChart(UNIT, slots=(1,), fixed={0: 1.0})  # u -> [1, u], log|J| = 0

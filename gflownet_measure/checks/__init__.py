@@ -9,6 +9,7 @@ condition                              function                                 
 shapes  R, kernels, charts, encode     :func:`check_contracts`                       the shape contracts of :mod:`gflownet_measure.contracts` at states of nu and the terminal measure
 eq. 1  reachability                    :func:`check_reachability`                    exact search over atoms, or backward walks from states of nu (no reward evaluated)
 eq. 2  absorbing sink                  :func:`check_absorbing_sink`                  no kappa_b(s, .) at states of nu has a sink atom
+eq. 3  no jump in s -> kappa, P        :func:`check_continuity`                      masses, Jacobians and policy densities along random segments in pieces of nu, jumps bisected
 support kappa <-> kappa_b (eq. 4)      :func:`check_support`                         every forward move is a backward move and the reverse, within nu; sink moves = terminal measure
 charts  inverse(forward(u)) = u        :func:`check_charts`                          every chart inverts itself, holds its image, has a finite Jacobian
 encode  separates states               :func:`check_encoding`                        distinct states of nu have distinct ``graph.encode`` features
@@ -44,6 +45,7 @@ import torch
 
 from ..densities import Policy
 from ..graph import PointedGraph
+from .continuity import check_continuity
 from .contracts import check_contracts, probe_contracts
 from .encoding import check_encoding
 from .integration import EXACT_RTOL, METHODS, Z_SCORE, integrate
@@ -70,6 +72,7 @@ __all__ = [
     "FIT_DRAWS",
     "check_reachability",
     "check_absorbing_sink",
+    "check_continuity",
     "check_support",
     "check_charts",
     "check_encoding",
@@ -116,6 +119,7 @@ def check_graph(
     rows: list[tuple[str, Callable[[], CheckResult]]] = [
         (CONDITIONS["reachability"], lambda: check_reachability(graph, n, pb)),
         (CONDITIONS["absorbing"], lambda: check_absorbing_sink(graph, n)),
+        (CONDITIONS["continuity"], lambda: check_continuity(graph, pf, pb, n, seed)),
         (CONDITIONS["support"], lambda: check_support(graph, n)),
         (CONDITIONS["charts"], lambda: check_charts(graph, n)),
         (CONDITIONS["encode"], lambda: check_encoding(graph, n)),

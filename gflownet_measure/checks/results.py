@@ -34,6 +34,7 @@ CONDITIONS = {
     "contracts": "shapes  R, kernels, charts, encode",
     "reachability": "eq. 1  reachability",
     "absorbing": "eq. 2  absorbing sink",
+    "continuity": "eq. 3  no jump in s -> kappa, P",
     "support": "support kappa <-> kappa_b (eq. 4)",
     "charts": "charts  inverse(forward(u)) = u",
     "encode": "encode  separates states",

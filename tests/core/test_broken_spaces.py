@@ -36,6 +36,7 @@ SEED = 0
 # Row names of check_graph (prefixes, so that a reworded tail does not matter; "eq. 1 " with its space is not "eq. 15").
 REACHABILITY = "eq. 1 "
 ABSORBING = "eq. 2 "
+CONTINUITY = "eq. 3 "
 SUPPORT = "support kappa <-> kappa_b"
 CHARTS = "charts "
 ENCODE = "encode "
@@ -102,6 +103,8 @@ BROKEN = {
     "diamond-missing-parent": Broken(bs.diamond_missing_parent, SUPPORT, ("forward move not reversible", "s=[2.0]", "s'=[3.0]", "kappa_b(s', .)"), "discrete"),
     "hybrid-terminal-missing-segment": Broken(bs.hybrid_terminal_missing_segment, SUPPORT, ("sink atom at s=[2.0, 1.0, ", "graph.terminal"), "hybrid"),
     "hybrid-terminal-holds-unstoppable": Broken(bs.hybrid_terminal_holds_unstoppable, SUPPORT, ("graph.terminal", "holds s=[1.0, ", "no sink atom"), "hybrid"),
+    # --- 11. eq. 3: a jump inside a piece that the space does not declare
+    "circle-pf-step-at-pi": Broken(bs.circle_pf_jumps_at_pi, CONTINUITY, ("P_F piece 1", "jumps from", "s=[1.0, 3.14159]", "nu piece 0"), "circle"),
 }
 
 def broken_params() -> list:

@@ -22,7 +22,7 @@ from gflownet_measure.densities import KernelDensity, UniformPolicy, uniform_den
 from gflownet_measure.kernels import FiniteKernel, Kernel
 from gflownet_measure.measures import Atoms, Measure
 
-ALL_ROWS = {"shapes", 1, 2, 4, 5, 6, 7, "support", "charts", "encode"}
+ALL_ROWS = {"shapes", 1, 2, 3, 4, 5, 6, 7, "support", "charts", "encode"}
 SHIFT = 0.1  # log-density offset of the broken policies below: they integrate to e^0.1
 
 

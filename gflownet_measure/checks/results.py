@@ -28,7 +28,12 @@ dropped log 2 pi read 0.668 against a Monte Carlo tolerance of 0.918); below it,
 affected component carries only half of the integral.
 """
 
-UNDECIDED = "undecided: too little power; raise n or use method='quadrature'"
+UNDECIDED = "undecided: too little power"
+"""How an undecided row's detail starts; it goes on to name the piece that lacks power and what would decide it there
+(:func:`~gflownet_measure.checks.normalisation.remedy`), which depends on that piece: more nodes (``n``, ``--samples``)
+anywhere, the other rule only where it fits the piece (quadrature at most
+:data:`~gflownet_measure.checks.integration.QUADRATURE_MAX_DIM` coordinates, or a periodic box; not the 10 coordinates of
+the funnel, where a tensor rule has 2 nodes per coordinate at ``n = 1024``)."""
 
 CONDITIONS = {
     "contracts": "shapes  R, kernels, charts, encode",
@@ -96,7 +101,7 @@ class Report:
         elif any(r.verdict == "FAIL" for r in self.results):
             lines.append("some conditions FAIL")
         else:
-            lines.append(f"some conditions are {UNDECIDED}")
+            lines.append(f"some conditions are {UNDECIDED} (each such row names the piece and what would decide it)")
         return "\n".join(lines)
 
 

@@ -20,6 +20,7 @@ import math
 import pytest
 import torch
 
+from broken_spaces import environment
 from conftest import build_graph, random_dag_spec
 from gflownet_measure.checks import POWER, check_graph
 from gflownet_measure.checks.results import verdict
@@ -264,13 +265,24 @@ def test_a_terminal_measure_of_the_wrong_mass_fails_eq4_on_the_sink_pairs():
 
 
 def test_a_check_with_too_little_power_is_undecided_and_not_a_pass():
-    """Monte Carlo with 4 nodes per piece: a tolerance of the size of the integrals, reported as such."""
+    """Monte Carlo with 4 nodes per piece: a tolerance of the size of the integrals, reported as such; the advice names
+    the piece, and quadrature fits its one coordinate."""
     report = check_graph(circle(), method="mc", n=4)
     row = result(report, EQ4)
     assert row.undecided and not row.passed and row.verdict == "undecided", row
-    assert "too little power; raise n or use method='quadrature'" in row.detail
+    assert row.detail.startswith("undecided: too little power; nu piece 0 (AffineChart, 1 coordinate) undecided at 4 draws: try --samples "), row.detail
+    assert "or --method quadrature" in row.detail
     assert not report.passed
     assert str(report).splitlines()[-1].startswith("some conditions are undecided")
+
+
+def test_an_undecided_row_on_ten_coordinates_asks_for_samples_not_quadrature():
+    """The 10-D funnel's eq. 4 (Monte Carlo, 64 nodes): a tensor rule has 2 nodes per coordinate there even at n = 1024, so
+    the advice is more samples only (issue 39)."""
+    graph, pf, pb = environment("sde", target="funnel", n_steps=2, hidden=16)()
+    row = result(check_graph(graph, pf, pb, n=64), EQ4)
+    assert row.undecided, row
+    assert "(AffineChart, 10 coordinates) undecided at 64 draws: try --samples " in row.detail and "quadrature" not in row.detail.split("(median")[0], row.detail
 
 
 def test_verdict_fails_before_it_is_undecided_and_decides_below_the_power_fraction():

@@ -12,8 +12,12 @@ from torch import Tensor
 from .densities import Policy
 from .graph import PointedGraph
 from .measures import Measure
+from .roundoff import ATOM_ULPS, ulps_from
 
-__all__ = ["enumerate_states", "index_of", "transition_matrix", "terminating_distribution", "exact_flows", "TabularPolicy"]
+__all__ = ["MATCH_BUDGET", "enumerate_states", "index_of", "transition_matrix", "terminating_distribution", "exact_flows", "TabularPolicy"]
+
+MATCH_BUDGET = 2**26
+"""Numbers compared at a time where queries without an exact match are compared with every state (256 MB in float32)."""
 
 
 def enumerate_states(graph: PointedGraph) -> Tensor:
@@ -26,12 +30,25 @@ def enumerate_states(graph: PointedGraph) -> Tensor:
 
 
 def index_of(states: Tensor, queries: Tensor) -> Tensor:
-    """``[Q]`` long: the row of ``states [S, D]`` equal to each query ``[Q, D]``, -1 where none."""
+    """``[Q]`` long: the row of ``states [S, D]`` equal to each query ``[Q, D]`` within round-off, -1 where none.
+
+    Equal as :meth:`~gflownet_measure.measures.Atoms.locate` matches atoms: every coordinate within
+    :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of :func:`~gflownet_measure.roundoff.ulps_from` at the query (a
+    state recomputed by another formula is one state). Exact matches are found by sorting; the queries left are compared
+    with every state, :data:`MATCH_BUDGET` numbers at a time, and take the first within the tolerance.
+    """
     both = torch.cat([states, queries.to(states.dtype)])
     _, inv = torch.unique(both, dim=0, return_inverse=True)
     where = torch.full((int(inv.max()) + 1,), -1, dtype=torch.long)
     where[inv[: len(states)]] = torch.arange(len(states))
-    return where[inv[len(states) :]]
+    found = where[inv[len(states) :]]
+    miss = (found < 0).nonzero()[:, 0]
+    chunk = max(1, MATCH_BUDGET // max(1, states.numel()))
+    for i in range(0, len(miss), chunk):
+        rows = miss[i : i + chunk]
+        near = ulps_from(states[None], queries[rows, None]) <= ATOM_ULPS  # [R, S]
+        found[rows] = torch.where(near.any(1), near.to(torch.int8).argmax(1), -1)
+    return found
 
 
 def transition_matrix(policy: Policy, states: Tensor) -> tuple[Tensor, Tensor]:

@@ -24,7 +24,7 @@ from ..kernels import Kernel
 from ..measures import Atoms, Measure
 from ..roundoff import ATOM_ULPS, ROUNDOFF_ULPS, ulps_from
 from ..sampled import SampledMeasure
-from .integration import STATE_BUDGET, broadcast, draw_on, nu_states, terminal_states
+from .integration import broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
 __all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
@@ -74,19 +74,6 @@ def _holds(measure: Measure, x: Tensor) -> Tensor:
 WRITTEN_ATOL = 1e-6  # relative; the tolerance of ``Chart.contains``
 
 
-def _among(atoms: Tensor, x: Tensor) -> Tensor:
-    """``[Q]`` bool: each state ``x [Q, D]`` is one of ``atoms [A, D]`` within :data:`~gflownet_measure.roundoff.ATOM_ULPS`
-    (as :meth:`~gflownet_measure.measures.Atoms.locate` matches): exact matches by sorting, the misses against every atom,
-    :data:`~.integration.STATE_BUDGET` numbers at a time."""
-    held = index_of(atoms, x) >= 0
-    miss = (~held).nonzero()[:, 0]
-    chunk = max(1, STATE_BUDGET // max(1, atoms.numel()))
-    for i in range(0, len(miss), chunk):
-        rows = miss[i : i + chunk]
-        held[rows] = (ulps_from(atoms[None], x[rows, None]) <= ATOM_ULPS).any(1)
-    return held
-
-
 def _ulps_to_atoms(measure: Measure, row: int, x: Tensor) -> float:
     """How far the state ``x [D]`` lies from the nearest atom (not the sink) of measure ``row`` of ``measure``, in units of
     :func:`~gflownet_measure.roundoff.ulps_from`; infinite where it has none."""
@@ -99,14 +86,14 @@ def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
     """``(held [B], written [B])``: ``x`` lies in the support of :math:`\\nu` (atoms within round-off, pieces by their
     charts), and is written as :math:`\\nu`'s chart writes that point (``forward(inverse(x)) = x``; an angle of a
     periodic piece taken modulo its period: ``contains`` accepts any representative, the reward and the policies see this one).
-    Atoms match within :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of round-off (:func:`_among`).
+    Atoms match within :data:`~gflownet_measure.roundoff.ATOM_ULPS` units of round-off (:func:`~gflownet_measure.exact.index_of`).
     A sampled :math:`\\nu` has no chart to write with: ``held`` is its ``contains``, and ``written`` the same."""
     if isinstance(graph.nu, SampledMeasure):
         held = graph.nu.contains(x).bool()
         return held, held
     a = graph.nu.atoms
     atoms = a.x[0][a.mask[0] & ~a.sink[0]]
-    held = _among(atoms, x) if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
+    held = index_of(atoms, x) >= 0 if len(atoms) else torch.zeros(len(x), dtype=torch.bool)
     written = held.clone()
     if graph.nu.pieces:
         pieces = broadcast(Measure(Atoms.empty(1, x.shape[1], a.x.dtype), graph.nu.pieces), len(x))

@@ -16,6 +16,7 @@ import torch
 import broken_spaces as bs
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.exact import index_of
 from gflownet_measure.kernels import atoms_measure
 from gflownet_measure.measures import Atoms
 from gflownet_measure.roundoff import ATOM_ULPS, ROUNDOFF_ULPS, ulps_from
@@ -63,6 +64,19 @@ def test_locate_matches_within_the_tolerance_only(dtype):
 
     assert found([3.0, 0.0]) and found([3.0 + 3 * eps, eps]) and found([3.0, -ATOM_ULPS * eps])
     assert not found([3.0 + 100 * 3 * eps, 0.0]) and not found([3.0, 1e-3])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_index_of_matches_states_as_locate_matches_atoms(dtype):
+    """exact.index_of (exact searches over nu's atoms, the support check's nu) and Atoms.locate share one tolerance: each
+    query finds the same state by both, within ATOM_ULPS units and not at 100 units or 1e-3."""
+    eps = torch.finfo(dtype).eps
+    states = torch.tensor([[0.0, 0.0], [3.0, 0.5], [3.0, 1.0]], dtype=dtype)
+    queries = torch.tensor([[3.0 + 3 * eps, 1.0], [3.0, 0.5 + 100 * eps], [3.0, 1.0], [0.0, -ATOM_ULPS * eps], [3.0, 0.5 + 1e-3]], dtype=dtype)
+    assert index_of(states, queries).tolist() == [2, -1, 2, 0, -1]
+    Q = len(queries)
+    atoms = Atoms(states[None].expand(Q, -1, -1), torch.zeros(Q, 3, dtype=dtype), torch.ones(Q, 3, dtype=torch.bool), torch.zeros(Q, 3, dtype=torch.bool))
+    assert atoms.locate(queries, torch.zeros(Q, dtype=torch.bool)).tolist() == index_of(states, queries).tolist()
 
 
 def test_a_policy_density_at_a_parent_one_ulp_off_is_finite():

@@ -64,20 +64,21 @@ def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     """Our quarter disc: the library's graph, policies, TB objective, optimiser, schedule and Trainer step."""
     from environments import quarter_disc as env
     from experiments.common import make_scheduler
+    from experiments.training_config import TrainingConfig
     from gflownet_measure.objectives import OBJECTIVES, GFlowNet
     from gflownet_measure.rollout import sample_forward
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
-    cfg = {"steps": a.iterations, "lr_milestone": MILESTONE, "lr_gamma": GAMMA}
-    space = env.QuarterDiscConfig(rho=RHO)
+    training = TrainingConfig(steps=a.iterations, lr_milestone=MILESTONE, lr_gamma=GAMMA)
+    space = env.QuarterDiscConfig(rho=RHO, backward="learned", hidden=HIDDEN, n_layers=N_LAYERS, n_components_s0=N_COMPONENTS_S0, n_components=N_COMPONENTS)
     graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space, "learned", HIDDEN, N_LAYERS, N_COMPONENTS_S0, N_COMPONENTS)
+    pf, pb = env.make_policies(graph, space)
     gfn = GFlowNet(pf, pb)
     optimizer = make_optimizer(gfn, LR, LR_LOGZ)
-    scheduler = make_scheduler(optimizer, cfg)
+    scheduler = make_scheduler(optimizer, training)
     objective = OBJECTIVES["tb"]
-    grad_clip = 10.0  # TRAINING_SETTINGS["grad_clip"] default
+    grad_clip = training.grad_clip
 
     def step(k: int) -> float:  # the body of Trainer.run, less its evaluation and checkpoint bookkeeping
         loss = objective(gfn, objective.sample(graph, gfn, BATCH))

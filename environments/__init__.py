@@ -7,7 +7,7 @@ from typing import Any, Callable
 from gflownet_measure.options import Setting, lookup, settings_of
 from gflownet_measure.graph import PointedGraph
 
-from . import dag_params, hybrid_torus, hypergrid, quarter_disc, sde, torus
+from . import dag_params, diffusion, hybrid_torus, hypergrid, quarter_disc, sde, torus
 
 __all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
 
@@ -42,6 +42,7 @@ ENVIRONMENTS: dict[str, EnvironmentSpec] = {
     "torus": EnvironmentSpec("torus", "[0, 2pi)^n x {1..T}: von Mises increments, Haar reference, R6 or alanine dipeptide (Lahlou et al. 2023, 4.3)", torus.TorusConfig, torus.make_graph, torus.make_policies, check_bytes=1.3e4),  # not measured: the sde value (100 levels) as a bound for T = 10
     "hybrid-torus": EnvironmentSpec("hybrid-torus", "the torus with a discrete choice per step (stay, or which angle to move) then a von Mises angle: atoms and Haar pieces in one kernel", torus.TorusConfig, hybrid_torus.make_graph, hybrid_torus.make_policies, check_bytes=1.3e4),  # not measured, as torus
     "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SDEConfig, sde.make_graph, sde.make_policies, check_bytes=1.3e4),  # T = 100 time levels
+    "diffusion": EnvironmentSpec("diffusion", "R^n x {0..T+1}: a DDPM denoiser as P_F, the noising process (DDPM's or learned) as P_B; no reward, trained from data (Lahlou et al. 2023, 4.5)", diffusion.DiffusionConfig, diffusion.make_graph, diffusion.make_policies, check_bytes=1.3e4),  # not measured: the sde value (100 levels) as a bound for T = 50
 }
 
 

@@ -26,7 +26,7 @@ MAX_STATES = 2**18
 
 @dataclass(frozen=True)
 class HypergridConfig:
-    """The grid :math:`\\{0, \\dots, H-1\\}^D` and its reward; raises ``ValueError`` for a value out of range or a grid of
+    """The grid :math:`\\{0, \\dots, H-1\\}^D`, its reward and its policies' networks; raises ``ValueError`` for a value out of range or a grid of
     more than :data:`MAX_STATES` states (its exact references enumerate them all)."""
 
     height: int = option(8, "grid side H", low=2, high=64)
@@ -34,6 +34,9 @@ class HypergridConfig:
     R0: float = option(1e-3, "background reward (> 0 so log R is finite)", low=1e-12)
     R1: float = option(0.5, "reward of the outer band", low=0.0)
     R2: float = option(2.0, "reward of the inner squares", low=0.0)
+    backward: str = option("uniform", "P_B: fixed uniform or learned", choices=("uniform", "learned"))
+    hidden: int = option(128, "MLP width", low=1)
+    n_layers: int = option(2, "MLP hidden layers", low=0)
 
     def __post_init__(self):
         check_options(self)
@@ -92,9 +95,9 @@ def make_graph(config: HypergridConfig) -> PointedGraph:
     )
 
 
-def make_policies(graph: PointedGraph, config: HypergridConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 2):
-    """``(P_F, P_B)``: an MLP on one-hot coordinates over the ``D + 1`` atoms; P_B uniform or an MLP over ``D`` parents."""
-    H, D = config.height, config.ndim
+def make_policies(graph: PointedGraph, config: HypergridConfig):
+    """``(P_F, P_B)``: an MLP on one-hot coordinates over the ``D + 1`` atoms; P_B uniform or an MLP over ``D`` parents (``config.backward``)."""
+    H, D, hidden, n_layers = config.height, config.ndim, config.hidden, config.n_layers
     pf = MLPPolicy(graph.kappa, graph.encode, D * H, D + 1, hidden=hidden, n_layers=n_layers)
-    pb = UniformPolicy(graph.kappa_b) if backward == "uniform" else MLPPolicy(graph.kappa_b, graph.encode, D * H, D, hidden=hidden, n_layers=n_layers)
+    pb = UniformPolicy(graph.kappa_b) if config.backward == "uniform" else MLPPolicy(graph.kappa_b, graph.encode, D * H, D, hidden=hidden, n_layers=n_layers)
     return pf, pb

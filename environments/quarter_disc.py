@@ -51,10 +51,17 @@ __all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LEVELS", "LOG_Z",
 
 @dataclass(frozen=True)
 class QuarterDiscConfig:
-    """The step length :math:`\\rho` and whether the policies' coordinate densities are divided by the chart Jacobians."""
+    """The step length :math:`\\rho`, whether the policies' coordinate densities are divided by the chart Jacobians, and
+    the policies' networks (:func:`make_policies`)."""
 
     rho: float = option(0.25, "step length (the paper uses 0.25 and 0.1)", low=0.05, high=0.5)
     jacobian: bool = option(True, "divide the policies' coordinate densities by the chart Jacobians (false: the Li et al. 2023 error)", choices=(True, False))
+    backward: str = option("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned"))
+    hidden: int = option(128, "MLP width", low=1)
+    n_layers: int = option(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0)
+    n_components: int = option(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1)
+    n_components_s0: int = option(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1)
+    concentration_max: float = option(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2)
 
     def __post_init__(self):
         check_options(self)
@@ -191,7 +198,7 @@ def make_graph(config: QuarterDiscConfig) -> PointedGraph:
     )
 
 
-def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str = "uniform", hidden: int = 128, n_layers: int = 4, n_components_s0: int = 4, n_components: int = 2, concentration_max: float = 5.1):
+def make_policies(graph: PointedGraph, config: QuarterDiscConfig):
     """``(P_F, P_B)`` of the paper's quarter-disc experiment.
 
     P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
@@ -204,12 +211,13 @@ def make_policies(graph: PointedGraph, config: QuarterDiscConfig, backward: str 
     (the code's ``tied`` option, the paper's "learned P_B"). Concentrations :math:`\\alpha, \\beta` in
     ``[0.1, concentration_max]`` (the public code's ``0.1 + 5.0 sigmoid``: 5.1; a Beta with both at most 5.1 has a standard
     deviation of at least 0.15 of its arc). With ``config.jacobian`` false both are built on kernels whose charts drop the Jacobian.
+    Every name above is a field of ``config``.
     """
-    rho, jac = config.rho, config.jacobian
-    span = concentration_max - C_MIN
-    pf_heads = [BetaMixtureHead(2, n_components_s0, C_MIN, span), BetaMixtureHead(1, n_components, C_MIN, span)]
+    rho, jac, hidden, n_layers, n_components = config.rho, config.jacobian, config.hidden, config.n_layers, config.n_components
+    span = config.concentration_max - C_MIN
+    pf_heads = [BetaMixtureHead(2, config.n_components_s0, C_MIN, span), BetaMixtureHead(1, n_components, C_MIN, span)]
     pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers, source=graph.source)
     kappa_b = QuarterDiscKernel(rho, False, jac)
-    if backward == "uniform":
+    if config.backward == "uniform":
         return pf, UniformPolicy(kappa_b)
     return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components, C_MIN, span)], shared_torso=pf.torso)

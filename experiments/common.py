@@ -1,6 +1,7 @@
 """Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -27,25 +28,14 @@ from gflownet_measure.trajectories import Trajectories
 
 from .run_folder import load_run_config
 from .settings import ConfigError
+from .training_config import TrainingConfig
 
-__all__ = ["TRAINING_SETTINGS", "EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_json", "run_many", "make_scheduler", "train_gflownet", "learned_log_Z", "final_samples"]
+__all__ = ["EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_atomic", "write_json", "run_many", "make_scheduler", "train_gflownet", "configure", "learned_log_Z", "final_samples"]
 
 CONTRACT_STATES = 4
 """Random points per piece of nu and of the terminal measure at which a run probes the shape contracts of its space,
 policies and state flow (:mod:`gflownet_measure.contracts`) once, before the first update: a log-reward ``[B, 1]``
 would otherwise train silently to a wrong log Z."""
-
-TRAINING_SETTINGS = {
-    "steps": Setting(3000, "gradient updates", low=1),
-    "batch_size": Setting(32, "trajectories per update", low=1),
-    "lr": Setting(1e-3, "Adam learning rate of the policies", low=0.0),
-    "lr_logZ": Setting(1e-1, "Adam learning rate of log Z", low=0.0),
-    "lr_flow": Setting(1e-3, "Adam learning rate of the state flow log F (db, subtb)", low=0.0),
-    "lr_milestone": Setting(0, "multiply every learning rate by lr_gamma each lr_milestone updates (0 = constant)", low=0),
-    "lr_gamma": Setting(0.5, "learning-rate decay factor at each milestone", low=0.0, high=1.0),
-    "grad_clip": Setting(10.0, "max global gradient norm (0 = off)", low=0.0),
-    "eval_every": Setting(100, "updates between evaluations", low=1),
-}
 
 # How a multi-run experiment spreads its runs: processes on this machine, or tasks on a Ray cluster. Table-level
 # settings: they are not passed to the runs, whose folders, seeds and results are the same either way.
@@ -72,11 +62,16 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_json(path: Path, obj) -> None:
-    """``obj`` as indented JSON at ``path``, written to a temporary file and renamed into place: a reader never sees half a file."""
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then the file renamed into place: a reader never sees half a file."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
+    write(tmp)
     os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, written atomically (:func:`write_atomic`)."""
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
 
 
 class SubRun(NamedTuple):
@@ -220,31 +215,31 @@ class WallClock:
         self._write()
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, cfg: dict):
+def make_scheduler(optimizer: torch.optim.Optimizer, training: TrainingConfig):
     """Every learning rate (all groups, log Z included) times ``lr_gamma`` at each multiple of ``lr_milestone``, or ``None``.
 
     ``StepLR`` rather than a list of milestones: the same rates, without a list as long as ``steps / lr_milestone``
     (``steps=1e12 lr_milestone=1`` would not fit in memory).
     """
-    if cfg["lr_milestone"] == 0:
+    if training.lr_milestone == 0:
         return None
-    return torch.optim.lr_scheduler.StepLR(optimizer, cfg["lr_milestone"], gamma=cfg["lr_gamma"])
+    return torch.optim.lr_scheduler.StepLR(optimizer, training.lr_milestone, gamma=training.lr_gamma)
 
 
-def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None, lr_modules: Mapping[str, float] | None = None) -> list[dict]:
-    """Train ``gfn`` with ``objective`` (its hyper-parameters from ``cfg``) with the shared optimiser, schedule, clipping and checkpoints.
+def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, training: TrainingConfig, identity: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None, lr_modules: Mapping[str, float] | None = None) -> list[dict]:
+    """Train ``gfn`` with ``objective`` (its hyper-parameters set: :func:`configure`) as ``training`` says, with the shared
+    optimiser, schedule, clipping and checkpoints; ``identity`` is what the checkpoints record of the run (:func:`run_id`).
 
     ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
-    ``"trajectories"`` the default is ``objective.sample``: ``cfg["batch_size"]`` fresh trajectories with
-    ``cfg["epsilon"]``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`); any other kind
+    ``"trajectories"`` the default is ``objective.sample``: ``training.batch_size`` fresh trajectories with
+    ``training.epsilon``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`); any other kind
     (``"data"``, ``"transitions"``) needs its source, e.g. :class:`environments.dag_params.replay.EdgeReplay`. A source
     that is an ``nn.Module`` (a replay buffer, walkers) is checkpointed with the run, and restored on resume.
 
     ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
-    checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``cfg["lr_logZ"]``, 0 where the
-    experiment has no such setting (an objective that learns no log Z); a learned P_B at ``cfg["lr_backward"]`` where
-    the experiment has it and it is not 0 (else at ``lr``); ``lr_modules`` (parameter-name prefix -> rate) other modules
-    of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
+    checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``training.lr_logZ``, a state flow at
+    ``training.lr_flow``, a learned P_B at ``training.lr_backward`` where it is not 0 (else at ``lr``); ``lr_modules``
+    (parameter-name prefix -> rate) other modules of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
 
     Before anything else, the shape contracts of ``graph``, ``gfn.pf``, ``gfn.pb`` and ``gfn.log_F`` are probed at a few
     states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contracts.ContractError`, one line, where one fails).
@@ -256,18 +251,23 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, cfg
             raise ValueError(f"objective {objective.name!r} trains on {objective.batch}: train_gflownet needs their source as batches=")
 
         def batches(step: int):
-            return objective.sample(graph, gfn, cfg["batch_size"], cfg["epsilon"])
+            return objective.sample(graph, gfn, training.batch_size, training.epsilon)
 
-    optimizer = make_optimizer(gfn, cfg["lr"], cfg.get("lr_logZ", 0.0), cfg.get("lr_flow"), cfg.get("lr_backward") or None, lr_modules)
-    hyper = objective.options(cfg)
+    optimizer = make_optimizer(gfn, training.lr, training.lr_logZ, training.lr_flow, training.lr_backward or None, lr_modules)
 
     def step_fn(step: int):
-        return objective(gfn, batches(step), **hyper)
+        return objective(gfn, batches(step))
 
     held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
     state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
-    trainer = Trainer(state, optimizer, make_scheduler(optimizer, cfg), step_fn, evaluate, out, cfg["steps"], cfg["eval_every"], cfg["batch_size"], cfg["grad_clip"], run_id(cfg), average)
+    trainer = Trainer(state, optimizer, make_scheduler(optimizer, training), step_fn, evaluate, out, training.steps, training.eval_every, training.batch_size, training.grad_clip, identity, average)
     return trainer.run(resume)
+
+
+def configure(objective: Objective, cfg: Mapping) -> Objective:
+    """``objective`` with the hyper-parameters that the run's settings ``cfg`` set, by name
+    (:meth:`~gflownet_measure.objectives.Objective.options`); the others keep their defaults."""
+    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(cfg)})
 
 
 def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> dict:

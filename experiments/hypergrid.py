@@ -13,38 +13,33 @@ from gflownet_measure.metrics import l1_distance
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 
-from .common import TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .environment import make_environment
 from .memory import require_memory
 from .plots import plot_grid_pair, plot_history
 from .registry import Experiment, register
 from .settings import build
+from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **TRAINING_SETTINGS,
+    **training_settings(without=("lr_backward",), epsilon=0.1),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False), aliases=("loss",)),
-    "backward": Setting("uniform", "P_B: fixed uniform or learned", choices=("uniform", "learned")),
-    "hidden": Setting(128, "MLP width", low=1),
-    "n_layers": Setting(2, "MLP hidden layers", low=0),
-    "epsilon": Setting(0.1, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
     "subtb_lambda": Setting(0.9, "SubTB weight lambda^(j-i)", low=0.0),
     "eval_samples": Setting(10000, "terminal samples saved and used for the log Z bounds", low=1),
 }
 
 PRESETS = {
-    # 8 x 8 in 1,500 updates of 64 at lr 2e-3: l1_to_target 0.010 / 0.015 / 0.014 on seeds 0-2 in about 19 s of training on one
-    # thread, against 0.031 / 0.020 / 0.019 in 32-44 s for the former 3,000 updates of 32 at lr 1e-3 (docs/results.md, section 1)
+    # 8 x 8: a lower L1 than 3,000 updates of 32 at lr 1e-3, in about half the time (docs/results.md, section 1: 'The quick preset')
     "quick": {"height": 8, "ndim": 2, "steps": 1500, "batch_size": 64, "lr": 2e-3},
     "paper": {"height": 8, "ndim": 4, "steps": 20000, "batch_size": 16, "hidden": 256, "eval_every": 500},  # Malkin et al. 2022 (TB paper), 4-D hypergrid
 }
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
-    space = build(env.HypergridConfig, cfg)
-    graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"])
-    objective = get_objective(cfg["objective"])
-    log_F = StateFlow(graph.encode, cfg["ndim"] * cfg["height"], cfg["hidden"], cfg["n_layers"]) if objective.needs_flow else None
+    space, graph, pf, pb = make_environment("hypergrid", cfg)
+    objective = configure(get_objective(cfg["objective"]), cfg)
+    log_F = StateFlow(graph.encode, space.ndim * space.height, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     states = enumerate_states(graph)
     log_R = graph.log_reward(states).double()
@@ -54,7 +49,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target)} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     np.savez(out / "samples.npz", x=traj.terminal.cpu().numpy().astype(np.int64))
     p_T = terminating_distribution(graph, pf, states)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from baselines import structure as structure_baselines
+from baselines.permutations import MAX_PERMUTATION_D
 from environments import dag_params as env
 from environments.dag_params.bayesnet import LinearGaussian
 from environments.dag_params.dags import MAX_ENUMERATE
@@ -49,20 +50,25 @@ from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
 from .memory import require_memory
-from .plots import copy_figure, optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
+from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
 
 MCMC = {"gibbs": gibbs_mc3, "mh": mh_mc3}
-BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS"}
+BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS", "bcd": "BCD Nets"}
 """The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`environments.dag_params.mcmc`) and the
 structure learners of :mod:`baselines.structure` (optional extra ``baselines``)."""
 
 SETTINGS = {
     **env.SETTINGS,
-    **{k: TRAINING_SETTINGS[k] for k in ("steps", "batch_size", "lr", "lr_milestone", "lr_gamma", "grad_clip", "eval_every")},
+    **training_settings(without=("steps", "batch_size", "lr_logZ", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no log Z, no state flow, replayed batches
+    "steps": Setting(2000, "gradient updates (one per environment step of every graph)", low=1),
+    "batch_size": Setting(64, "replayed edge transitions per update", low=1),
+    "lr_theta": Setting(0.0, "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression", low=0.0),
     "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
     "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
     "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
@@ -78,46 +84,22 @@ SETTINGS = {
     "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
     "fit_budget": Setting(4.0, "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly", low=0.0),
     "fit_orders": Setting(1000, "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it", low=1),
-    "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3, linear models), mh (MH-MC3, joint theta moves, every model), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib); none. What cannot run is skipped (baselines.json says why)"),
+    "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3, linear models), mh (MH-MC3, joint theta moves, every model), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7); none. What cannot run is skipped (baselines.json says why)"),
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
     "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
+    "bcd_steps": Setting(20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
     "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
 }
-SETTINGS["steps"] = Setting(2000, "gradient updates (one per environment step of every graph)", low=1)
-SETTINGS["batch_size"] = Setting(64, "replayed edge transitions per update", low=1)
-SETTINGS["lr"] = Setting(1e-4, "Adam learning rate", low=0.0)
-SETTINGS["lr_theta"] = Setting(0.0, "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression", low=0.0)
-SETTINGS["grad_clip"] = Setting(0.0, "max global gradient norm (0 = off)", low=0.0)
 
 PRESETS = {
-    # ema: the weight average's horizon 1 / (1 - decay): 100 updates (5%) in quick, 1,000 (2.5%) in paper (longer horizons
-    # scored worse at 20,000 updates: edge RMSE 0.029, 0.039, 0.151 for 2,000, 4,000, 8,000 against 0.028 on datasets 0-1)
+    # d = 3 in about a minute; the weight average's horizon is 100 updates (docs/results.md, section 4: 'The sampler', 'd = 3, quick preset')
     "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500, "ema": 0.99},
-    # the paper's d = 5 problem (N = 100, sigma^2 = 0.01, uniform prior) at a CPU budget: the public code's README trains
-    # 100,000 updates of 256 transitions x 64 theta samples at lr 1e-4 (0.47 s/update here, 13 h); these cost 0.04 s/update.
-    # Measured on the hardest simulated dataset (data_seed 1, edge RMSE at 20,000 updates): lingauss-diag 0.062 (its
-    # mean-field bias alone is 0.030), lingauss-full 0.073 -> 0.038 with the replay buffer cut to the paper's share of the
-    # transitions seen (100k of 800k there, 20k of ~130k here) -> 0.034 with the logits scaled by 10 at lr 1e-4 (the
-    # public code scales them by N = 100: log R spans 450 nats over the DAGs of that dataset). theta_samples: the public
-    # code's 64; against 16 on the same 20 datasets and seeds (jsp-table), edge / path / Markov RMSE 0.0169 / 0.0218 / 0.0197
-    # against 0.0188 / 0.0235 / 0.0189, better on 13 / 12 / 11 of the 20, for 15% more time per update. steps: 40,000 with
-    # the schedule stretched to match (lr halved every 10,000, uniform moves decaying over the first 10,000) against the
-    # 20,000 of that table (halved every 5,000, the same decay), on its first 18 datasets and seeds: edge / path / Markov RMSE 0.0109 / 0.0147 / 0.0109
-    # against 0.0164 / 0.0211 / 0.0176, better on 17 / 15 / 16 of the 18, for twice the time
-    # d = 20 on a CPU (Deleu et al. 2023, section 5.2: ER2, N = 100 and 100 held-out rows). docs/results.md, 'd = 20 with the
-    # solver head and the lookahead': the solver head puts theta at the conditional posterior mean (one Newton step for a
-    # linear model), the lookahead (linear models; off for the others) starts the structure policy at the one-step flow of
-    # log P(G, D); on data_seed 0 that start scores held-out NLL -1,665 (E-SHD 15), and eq. 8 training moved it away at
-    # lr 3e-5 (-1,127 at 2,000 updates) and 1e-5 (-1,585 at 1,000), not at 3e-6 (-1,665 at 1,000): a budget, not convergence.
-    # Uniform moves at 10% from the start (prefill 50): on-policy transitions near the start keep it; the log P_T estimate on
-    # 50 samples with 100 random orders each (1,000 orders cost about 40 s per dense graph)
+    # d = 20 on a CPU: a budget that keeps the lookahead's start, not convergence (docs/results.md, section 4: 'd = 20 with the solver head and the lookahead')
     "d20": {"d": 20, "edges_per_node": 2.0, "theta_head": "solver", "lookahead": "auto", "steps": 1000, "batch_size": 32, "theta_samples": 4, "prefill": 50, "replay_capacity": 20000, "lr": 3e-6, "anneal_fraction": 1e-6, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 50, "fit_orders": 100, "posterior_samples": 1000},
-    # the Sachs flow-cytometry data (Deleu et al. 2023, section 5.3, Fig. 4): N = 4,200 rows of 7 conditions, 6,545
-    # categorical-MLP parameters; rewards on mini-batches of 128 rows (eq. 13), 16 transitions x 4 theta samples per update.
-    # The structure policy starts at the one-step lookahead of the BDeu score (lookahead=on) and moves slowly (lr 3e-6),
-    # while the theta head regresses fast (lr_theta 3e-4): docs/results.md, section 8, 'Off the empty graph'
+    # the Sachs data: a BDeu lookahead start, a slow structure policy and a fast theta head (docs/results.md, section 8: 'Off the empty graph')
     "sachs": {"data": "sachs", "model": "categorical-mlp", "lookahead": "on", "steps": 1000, "batch_size": 16, "theta_samples": 4, "batch_size_data": 128, "prefill": 200, "replay_capacity": 20000, "lr": 3e-6, "lr_theta": 3e-4, "anneal_fraction": 0.5, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 200, "posterior_samples": 500, "baseline": "mh,gibbs", "mcmc_steps": 200},
+    # the paper's d = 5 problem at a CPU budget (docs/results.md, section 4: 'How the paper preset was reached', 'Preset history', 'Changes tested at 20,000 updates')
     "paper": {"d": 5, "model": "lingauss-full", "steps": 40000, "batch_size": 64, "theta_samples": 64, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 10000, "lr_gamma": 0.5, "anneal_fraction": 0.25, "eval_every": 2000},
 }
 
@@ -171,6 +153,10 @@ def _baseline_samples(name: str, cfg: dict, problem, seed: int):
         r = function(model, seed=seed, steps=cfg["dibs_steps"], nonlinear=not linear, edges_per_node=cfg["edges_per_node"])
         if not len(r.graphs):
             return "every DiBS particle ended cyclic"
+    elif name == "bcd" and (not linear or model.d > MAX_PERMUTATION_D):
+        return f"BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= {MAX_PERMUTATION_D} only"
+    elif name == "bcd":
+        r = function(model, n_samples=cfg["posterior_samples"], seed=seed, steps=cfg["bcd_steps"], edges_per_node=cfg["edges_per_node"])
     elif not linear:
         return f"{BASELINE_NAMES[name]} draws theta from the linear-Gaussian posterior: linear models only"
     else:
@@ -229,7 +215,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
 
     lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else None
-    history = train_gflownet(GFlowNet(pf, pb), graph, UNDIRECTED_SUBTB, cfg, out, resume, evaluate, replay, ema, lr_modules)
+    history = train_gflownet(GFlowNet(pf, pb), graph, configure(UNDIRECTED_SUBTB, cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, replay, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
     np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
@@ -423,15 +409,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")
     lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
-    table = "\n".join(lines).strip() + "\n"
-    (out / "table.txt").write_text(table)
-    print(table)
-    with (out / "history.jsonl").open("w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in history)
-    first = out / f"d{next(iter(rows))}" / "data0"
-    with np.load(first / "samples.npz") as z:
-        np.savez(out / "samples.npz", graphs=z["graphs"], thetas=z["thetas"])
-    copy_figure(first / "posterior.png", out / "posterior.png")
+    write_table(out, "\n".join(lines).strip() + "\n", history, out / f"d{next(iter(rows))}" / "data0", ("posterior.png",))
     return metrics | {"datasets": cfg["datasets"]}
 
 

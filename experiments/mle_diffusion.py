@@ -19,7 +19,6 @@ Metrics (held-out points, one fixed dequantisation):
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -33,17 +32,20 @@ from gflownet_measure.objectives import Batch, GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
 
-from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, run_many, train_gflownet
-from .plots import _finish, copy_figure, optional_figure, plot_history, plot_sample_panels, plt
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
+from .environment import make_environment
+from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, register
 from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
 from .settings import ConfigError, build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     "data": Setting("moons", "training data: digits (sklearn 8x8), moons, ring (8 Gaussians), imagenet32 (data_dir)", choices=DATASETS),
     "data_dir": Setting("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True),
     **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
-    **{k: v for k, v in TRAINING_SETTINGS.items() if k not in ("lr_logZ", "lr_flow")},  # no log Z, no state flow
+    **training_settings(without=("lr_logZ", "lr_flow", "epsilon", "lr_backward")),  # no log Z, no state flow, batches of its own (data); lr_backward below
     "backward_rule": Setting("elbo", "how a learned P_B trains (learn_backward=true): elbo (the same bound as P_F, path-wise through reparametrised walks) or tbc (MLE-GFN, Zhang et al. 2023a: trajectory-balance consistency over tbc_samples walks per point, P_F by the bound with P_B held)", choices=("elbo", "tbc")),
     "tbc_weight": Setting(1.0, "backward_rule=tbc: alpha, the weight of the consistency term", low=0.0),
     "tbc_samples": Setting(2, "backward_rule=tbc: K backward walks per data point (the batch holds batch_size x K walks)", low=2),
@@ -78,9 +80,7 @@ def _validate(cfg: dict) -> None:
 
 def make_gflownet(cfg: dict, data: DataSet):
     """The graph and a fresh GFlowNet (the denoiser, the noising process) for ``cfg`` on ``data``."""
-    space = build(env.DiffusionConfig, cfg | {"dim": data.dim})
-    graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space)
+    _, graph, pf, pb = make_environment("diffusion", cfg | {"dim": data.dim})
     return graph, GFlowNet(pf, pb)
 
 
@@ -90,8 +90,8 @@ def data_states(x: torch.Tensor, n_steps: int) -> torch.Tensor:
 
 
 def objective_of(cfg: dict):
-    """The registered objective of a run: ``mle_tbc`` for a learned P_B under ``backward_rule=tbc``, else ``mle``."""
-    return get_objective("mle_tbc" if cfg["learn_backward"] and cfg["backward_rule"] == "tbc" else "mle")
+    """The registered objective of a run, its hyper-parameters set: ``mle_tbc`` for a learned P_B under ``backward_rule=tbc``, else ``mle``."""
+    return configure(get_objective("mle_tbc" if cfg["learn_backward"] and cfg["backward_rule"] == "tbc" else "mle"), cfg)
 
 
 def make_batches(gfn: GFlowNet, graph, data: DataSet, cfg: dict):
@@ -204,7 +204,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         elbo, _ = log_likelihood_bounds(graph, gfn.pf, gfn.pb, monitor, 1)
         return {k: v for k, v in _nll_metrics(data, elbo, elbo).items() if "bound" in k and not k.endswith("_se")}
 
-    history = train_gflownet(gfn, graph, objective_of(cfg), cfg, out, resume, evaluate, make_batches(gfn, graph, data, cfg))
+    history = train_gflownet(gfn, graph, objective_of(cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, data, cfg))
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
     x = _samples(graph, gfn, cfg["n_samples"])
     phi = gfn.pb.phi.detach().cpu()
@@ -296,15 +296,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             diff_cells.append(_cell(mean, std, "+"))
         lines.append(f"{folder + ' - fixed (paired)':<24}" + "".join(diff_cells))
     lines.append(f"paper: {PAPER}")
-    table = "\n".join(lines) + "\n"
-    (out / "table.txt").write_text(table)
-    print(table)
-    with (out / "history.jsonl").open("w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in history)
-    first = jobs[0].out
-    with np.load(first / "samples.npz") as z:
-        np.savez(out / "samples.npz", **dict(z))
-    copy_figure(first / "samples.png", out / "samples.png")
+    write_table(out, "\n".join(lines) + "\n", history, jobs[0].out, ("samples.png",))
     _variance_figure([(label, job.out / "samples.npz") for (label, _, _), job in zip(keys, jobs)], out / "variances.png", f"{cfg['data']}, T = {cfg['n_steps']}: P_B's noising variances, every seed")
     return metrics | {"seeds": cfg["seeds"]}
 

@@ -7,7 +7,6 @@ the cause while the run goes on to write its samples and metrics.
 from __future__ import annotations
 
 import functools
-import shutil
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -18,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["FigureWarning", "optional_figure", "copy_figure", "plot_history", "plot_terminal_samples", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
+__all__ = ["FigureWarning", "optional_figure", "plot_history", "plot_terminal_samples", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
 
 
 class FigureWarning(UserWarning):
@@ -39,12 +38,6 @@ def optional_figure(draw: Callable[..., None]) -> Callable[..., None]:
             warnings.warn(f"figure {path} not drawn: {type(e).__name__}: {e}", FigureWarning, stacklevel=2)
 
     return guarded
-
-
-def copy_figure(src: Path, dst: Path) -> None:
-    """Copy a sub-run's figure to a table's folder, if it was drawn (a warning said so when it was not)."""
-    if src.exists():
-        shutil.copyfile(src, dst)
 
 
 def _finish(fig, path: Path, title: str) -> None:

@@ -35,31 +35,26 @@ from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import sample_backward, sample_forward
 from gflownet_measure.training import seeded_generator
 
-from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, final_samples, learned_log_Z, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
+from .environment import make_environment
 from .memory import require_memory
-from .plots import copy_figure, optional_figure, plot_bands, plot_density_panels, plot_history
+from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, register
 from .settings import build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **TRAINING_SETTINGS,
+    **training_settings(without=("lr_backward",)),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives; flow matching needs atoms only)", choices=objective_names(divergence=False, continuous=True), aliases=("loss",)),
-    "backward": Setting("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned")),
-    "hidden": Setting(128, "MLP width", low=1),
-    "n_layers": Setting(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0),
-    "n_components": Setting(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1),
-    "n_components_s0": Setting(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1),
-    "concentration_max": Setting(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2),
-    "epsilon": Setting(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
     "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
 }
 
 _PAPER = {"steps": 20000, "batch_size": 128, "lr": 1e-3, "lr_logZ": 1e-3, "lr_flow": 1e-2, "lr_milestone": 2500, "lr_gamma": 0.5, "eval_every": 500}
 PRESETS = {
-    # TB + learned P_B, rho = 0.25, seeds 0, 10, 11, one thread: JSD to the rejection KDE 0.0014-0.0021 in 100-115 s
-    # (1,000 updates with lr halved every 500 had 0.002-0.022; docs/results.md, section 2)
+    # under 2 minutes on one thread (docs/results.md, section 2: 'Quick preset, TB + learned P_B, rho = 0.25')
     "quick": _PAPER | {"steps": 4000, "lr_logZ": 5e-2, "lr_milestone": 1000, "eval_every": 1000, "eval_samples": 4000},
     "paper": _PAPER,  # main.py of the public code: Adam, batch 128, lr halved every 2,500 of 20,000 iterations
 }
@@ -144,18 +139,16 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
 
 def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
-    space = build(env.QuarterDiscConfig, cfg)
-    graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space, cfg["backward"], cfg["hidden"], cfg["n_layers"], cfg["n_components_s0"], cfg["n_components"], cfg["concentration_max"])
-    objective = get_objective(cfg["objective"])
-    log_F = StateFlow(graph.encode, 2, cfg["hidden"], cfg["n_layers"]) if objective.needs_flow else None
+    space, graph, pf, pb = make_environment("quarter-disc", cfg)
+    objective = configure(get_objective(cfg["objective"]), cfg)
+    log_F = StateFlow(graph.encode, 2, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
 
     def evaluate() -> dict:
         return ref.scores(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
     np.savez(out / "samples.npz", x=x.cpu().numpy())
@@ -258,13 +251,11 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     ):
         curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
         plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
-    copy_figure(out / headline / f"seed{base_seed}" / "figure2.png", out / "figure2.png")
-    with (out / "history.jsonl").open("w") as f:
-        for i, row in enumerate(runs[headline][0]):
-            means = {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
-            f.write(json.dumps({"step": row["step"], "trajectories": row["trajectories"]} | means) + "\n")
-    with np.load(out / headline / f"seed{base_seed}" / "samples.npz") as z:
-        np.savez(out / "samples.npz", x=z["x"])
+    history = [
+        {"step": row["step"], "trajectories": row["trajectories"]} | {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
+        for i, row in enumerate(runs[headline][0])
+    ]
+    write_table(out, None, history, out / headline / f"seed{base_seed}", ("figure2.png",))
     per_seed = {  # (metric, "final" | "curve") -> configuration name -> one figure per seed
         (key, when): {name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs] for name, hs in runs.items()}
         for key in METRICS for when in ("final", "curve")

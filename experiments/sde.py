@@ -18,7 +18,6 @@ estimate minus the exact log Z (0 for both targets). For the mixture also the sa
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +34,18 @@ from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objecti
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
 from gflownet_measure.training import TrainingDiverged, seeded_generator
 
-from .common import EXECUTION_SETTINGS, TRAINING_SETTINGS, SubRun, learned_log_Z, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, learned_log_Z, run_id, run_many, train_gflownet
+from .environment import make_environment
 from .memory import require_memory
-from .plots import copy_figure, optional_figure, plot_history, plot_sample_panels
+from .plots import optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **{k: v for k, v in TRAINING_SETTINGS.items() if k != "lr_flow"},  # no state flow here
+    **training_settings(without=("lr_flow", "lr_backward", "epsilon")),  # no state flow; P_B fixed; batches of its own (exploration)
     "objective": Setting("tb", "training objective (gflownet_measure.objectives; those without a state flow)", choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow)),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
@@ -52,8 +54,7 @@ SETTINGS = {
 
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
 PRESETS = {
-    # the paper's T = 100 for 800 batches: off-policy TB covers the 9 modes (each within 30% of 1/9) with |B_RW| < 0.1
-    # on both targets in about 3.5 min on one thread (docs/results.md, section 3); T = 50 collapses onto 4-5 modes
+    # the paper's T = 100 for 800 batches, off-policy TB covering the 9 modes (docs/results.md, section 3: 'Quick preset: off-policy TB')
     "quick": _PAPER | {"steps": 800, "eval_every": 200, "eval_samples": 1000},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
@@ -71,9 +72,7 @@ def _validate(cfg: dict) -> None:
 def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
     """The graph and a fresh GFlowNet (P_F, the Brownian-bridge P_B, log Z = 0) for ``cfg``."""
     _validate(cfg)
-    space = build(env.SDEConfig, cfg)
-    graph = env.make_graph(space)
-    pf, pb = env.make_policies(graph, space)
+    _, graph, pf, pb = make_environment("sde", cfg)
     return graph, GFlowNet(pf, pb)
 
 
@@ -149,14 +148,14 @@ def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
     graph, gfn = make_gflownet(cfg)
-    objective = get_objective(cfg["objective"])
+    objective = configure(get_objective(cfg["objective"]), cfg)
     K = cfg["eval_samples"] or PAPER_K[cfg["target"]]
 
     def evaluate() -> dict:
         b = evaluate_bounds(gfn, graph, min(K, 1000))
         return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"]} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate, make_batches(gfn, graph, cfg))
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, cfg))
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").cpu().numpy()
     np.savez(out / "samples.npz", x=x)
@@ -301,17 +300,10 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             metrics[f"B/{target}/{label}/mean"], metrics[f"B/{target}/{label}/std"] = ours_b
             if ours_rw is not None:
                 metrics[f"B_RW/{target}/{label}/mean"], metrics[f"B_RW/{target}/{label}/std"] = ours_rw
-    table = "\n".join(lines).strip() + "\n"
-    (out / "table.txt").write_text(table)
-    print(table)
-    with (out / "history.jsonl").open("w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in history)
     first = next((job.out for job, m in zip(jobs, finished) if "diverged" not in m), None)  # the first run with samples
+    write_table(out, "\n".join(lines).strip() + "\n", history, first, ("samples.png",))
     if first is None:
         raise TrainingDiverged(f"every run of the table diverged (see {out / 'table.txt'}); no samples to keep")
-    with np.load(first / "samples.npz") as z:
-        np.savez(out / "samples.npz", x=z["x"])
-    copy_figure(first / "samples.png", out / "samples.png")
     return metrics | {"seeds": cfg["seeds"]}
 
 

@@ -31,15 +31,17 @@ from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import seeded_generator
 
-from .common import TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history
 from .registry import Experiment, register
 from .settings import ConfigError, build
+from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **TRAINING_SETTINGS,
+    **training_settings(without=("lr_backward", "epsilon")),  # epsilon below: the move is the setting exploration
     "space": Setting("torus", "torus: every angle moves at each step; hybrid: stay or move one angle per step (environments.hybrid_torus; its exact P_T is reported)", choices=("torus", "hybrid")),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
     "epsilon": Setting(0.1, "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)", low=0.0, high=1.0),
@@ -52,8 +54,7 @@ SETTINGS = {
 # log Z lr 1e-2, 5,000 updates (R6) or 40,000 (alanine), exploration 0.1, evaluation every 500 updates.
 _PAPER = {"steps": 5000, "batch_size": 100, "lr": 1e-5, "lr_logZ": 1e-2, "lr_milestone": 0, "grad_clip": 10.0, "eval_every": 500}
 PRESETS = {
-    # a working R6 sampler in about 90 s on one thread (seed 0: JSD 0.052 against a floor of 0.018 at 2,000 samples, the six
-    # modes 0.156-0.183, importance-weighted log Z 6.305 against 6.315; docs/results.md, section 9)
+    # a working R6 sampler in about 90 s on one thread (docs/results.md, section 9: 'Quick preset')
     "quick": _PAPER | {"steps": 1500, "lr": 1e-3, "lr_logZ": 0.1, "hidden": 64, "n_layers": 2, "eval_every": 500, "eval_samples": 2000},
     "paper": _PAPER,
     "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000},
@@ -135,11 +136,8 @@ def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, t
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
-    space = build(env.TorusConfig, cfg)
-    module = hybrid_torus if cfg["space"] == "hybrid" else env
-    graph = module.make_graph(space)
-    pf, pb = module.make_policies(graph, space)
-    objective = get_objective(cfg["objective"])
+    space, graph, pf, pb = make_environment("hybrid-torus" if cfg["space"] == "hybrid" else "torus", cfg)
+    objective = configure(get_objective(cfg["objective"]), cfg)
     log_F = StateFlow(graph.encode, graph.encode.width, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     target = env.target_of(space)
@@ -150,7 +148,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         x = sample_forward(graph, pf, cfg["eval_samples"]).terminal[:, :n]
         return ref.distances(x) | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal[:, :n].double()
     np.savez(out / "samples.npz", x=x.cpu().numpy())

@@ -29,18 +29,18 @@ from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
 
-from .common import CONTRACT_STATES, TRAINING_SETTINGS, final_samples, learned_log_Z, train_gflownet
+from .common import CONTRACT_STATES, configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .plots import plot_history, plot_terminal_samples
 from .registry import Experiment
-from .settings import ConfigError
+from .settings import ConfigError, build
+from .training_config import TrainingConfig, training_settings
 from .user_space import call_factory, factory_settings, load_factory
 
 __all__ = ["SETTINGS", "PRESETS", "user_experiment"]
 
 SETTINGS = {
-    **TRAINING_SETTINGS,
+    **training_settings(without=("lr_backward",)),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(batch="trajectories")),
-    "epsilon": Setting(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0),
     "subtb_lambda": Setting(0.9, "SubTB weight lambda^(j-i)", low=0.0),
     "flow_hidden": Setting(64, "width of the state-flow MLP (db, subtb)", low=1),
     "eval_samples": Setting(2000, "fresh trajectories per evaluation and at the end, for the log Z estimates and samples.npz", low=2),
@@ -63,7 +63,7 @@ def user_experiment(target: str) -> Experiment:
     if clash:
         raise ConfigError(f"run: {target}: {factory.__name__}'s setting {', '.join(clash)} has the name of a training setting; rename it (training settings: {', '.join(sorted(SETTINGS))})")
 
-    def build(cfg: dict):
+    def build_space(cfg: dict):
         """The factory's graph and policies for the run's settings (``pb`` uniform where it returns none)."""
         args, kwargs = own.arguments({k: cfg[k] for k in own.schema})  # values the resolved settings already typed
         graph, pf, pb = call_factory(target, factory, args, kwargs, "run")
@@ -76,7 +76,7 @@ def user_experiment(target: str) -> Experiment:
         (:mod:`gflownet_measure.contracts`: a reward of the wrong shape, atoms of the wrong width, a policy whose ``n_in``
         is not the width of ``encode``), two trajectories roll out and score under P_F and P_B (a kernel or policy that
         raises), each one line, and the objective fits the kernels."""
-        graph, pf, pb = build(cfg)
+        graph, pf, pb = build_space(cfg)
         try:
             probe_contracts(graph, {"P_F": pf, "P_B": pb}, CONTRACT_STATES)
         except ContractError as e:
@@ -92,8 +92,8 @@ def user_experiment(target: str) -> Experiment:
             raise ConfigError(f"run: objective {objective.name} needs kernels of atoms only, and {target}'s kappa has continuous pieces; valid: {', '.join(n for n in objective_names(batch='trajectories') if not get_objective(n).atoms_only)}")
 
     def run(cfg: dict, out: Path, resume: bool) -> dict:
-        graph, pf, pb = build(cfg)
-        objective = get_objective(cfg["objective"])
+        graph, pf, pb = build_space(cfg)
+        objective = configure(get_objective(cfg["objective"]), cfg)
         n_in = graph.encode(graph.source[None]).shape[-1]
         gfn = GFlowNet(pf, pb, StateFlow(graph.encode, n_in, cfg["flow_hidden"]) if objective.needs_flow else None)
 
@@ -101,7 +101,7 @@ def user_experiment(target: str) -> Experiment:
             _, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
             return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw} | learned_log_Z(objective, gfn, graph)
 
-        history = train_gflownet(gfn, graph, objective, cfg, out, resume, evaluate)
+        history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
         traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
         x = traj.terminal.double().cpu().numpy()
         np.savez(out / "samples.npz", x=x)

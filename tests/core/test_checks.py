@@ -75,7 +75,7 @@ def test_hypergrid_passes(height, ndim, backward):
     cfg = hypergrid_cfg(height=height, ndim=ndim)
     graph = hypergrid.make_graph(cfg)
     torch.manual_seed(0)  # the MLP's initial weights; any initialisation gives a normalised density
-    pf, pb = hypergrid.make_policies(graph, cfg, backward=backward, hidden=16, n_layers=1)
+    pf, pb = hypergrid.make_policies(graph, dataclasses.replace(cfg, backward=backward, hidden=16, n_layers=1))
     report = check_graph(graph, pf, pb)
     assert report.passed, str(report)
     assert {key(r.condition) for r in report.results} == ALL_ROWS | {15, 16}

@@ -1,4 +1,6 @@
 """KernelDensity (gflownet_measure.densities): the density at a drawn support point, and the Gumbel-max component draw."""
+from dataclasses import replace
+
 import torch
 
 from gflownet_measure.densities import gumbel_max
@@ -13,7 +15,7 @@ def test_the_density_of_a_draw_is_the_density_at_its_point():
     torch.manual_seed(0)
     cfg = quarter_disc.QuarterDiscConfig()
     g = quarter_disc.make_graph(cfg)
-    pf, _ = quarter_disc.make_policies(g, cfg, hidden=16, n_layers=1)
+    pf, _ = quarter_disc.make_policies(g, replace(cfg, hidden=16, n_layers=1))
     s = sample_forward(g, pf, 256).states[:3].flatten(0, 1)
     s = s[~g.kappa(s).is_zero()]
     with torch.no_grad():

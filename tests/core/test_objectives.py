@@ -1,6 +1,8 @@
 """The objective registry: what each objective declares, one call signature, batches drawn as each objective needs."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -17,7 +19,7 @@ def _hypergrid(seed: int = 0):
     torch.manual_seed(seed)
     space = hypergrid.HypergridConfig(height=4, ndim=2)
     graph = hypergrid.make_graph(space)
-    pf, pb = hypergrid.make_policies(graph, space, backward="learned", hidden=16, n_layers=1)
+    pf, pb = hypergrid.make_policies(graph, replace(space, backward="learned", hidden=16, n_layers=1))
     return graph, GFlowNet(pf, pb)
 
 

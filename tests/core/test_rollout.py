@@ -1,4 +1,6 @@
 """Rollouts, trajectories and the replay buffer on the hypergrid."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ def grid():
     cfg = hypergrid.HypergridConfig(height=5, ndim=3)
     torch.manual_seed(0)
     g = hypergrid.make_graph(cfg)
-    pf, pb = hypergrid.make_policies(g, cfg, backward="learned")
+    pf, pb = hypergrid.make_policies(g, replace(cfg, backward="learned"))
     return g, pf, pb
 
 

@@ -27,7 +27,7 @@ from gflownet_measure.objectives import OBJECTIVES, GFlowNet, get_objective
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 N = 16
-CFG = {"lr": 1e-3, "steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0, "lr_milestone": 0, "lr_gamma": 0.5, "epsilon": 0.0}
+TRAINING = {"steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0}  # one update of 4 trajectories (experiments.training_config.TrainingConfig)
 
 
 def column_reward(x):
@@ -109,11 +109,12 @@ def test_training_starts_by_probing_the_contracts(tmp_path):
     """A log-reward [B, 1] raises at the start of train_gflownet, before any update or checkpoint; and the first batch of
     a hand-written loop (docs/tutorial.md, section 8) raises too, in one line."""
     from experiments.common import train_gflownet
+    from experiments.training_config import TrainingConfig
 
     graph = bs.hybrid(log_reward=column_reward)
     pf, pb = policies(graph)
     with pytest.raises(ContractError, match=r"log_reward returned \[\d+, 1\]") as e:
-        train_gflownet(GFlowNet(pf, pb), graph, get_objective("tb"), CFG, tmp_path, False, dict)
+        train_gflownet(GFlowNet(pf, pb), graph, get_objective("tb"), TrainingConfig(**TRAINING), {}, tmp_path, False, dict)
     assert "\n" not in str(e.value) and not (tmp_path / "checkpoint.pt").exists()
     tb = OBJECTIVES["tb"]
     with pytest.raises(ContractError, match=r"log_reward returned \[64, 1\] for 64 states; expected a tensor of shape \[64\]"):
@@ -122,12 +123,13 @@ def test_training_starts_by_probing_the_contracts(tmp_path):
 
 def test_training_probes_the_state_flow_too(tmp_path):
     from experiments.common import train_gflownet
+    from experiments.training_config import TrainingConfig
 
     graph = bs.hybrid()
     pf, pb = policies(graph)
     flow = StateFlow(graph.encode, 7, hidden=8, n_layers=1)
     with pytest.raises(ContractError, match=r"^log_F \(StateFlow\): its network takes n_in=7 features, but encode returned \[\d+, 6\]; expected n_in=6$"):
-        train_gflownet(GFlowNet(pf, pb, flow), graph, get_objective("db"), CFG, tmp_path, False, dict)
+        train_gflownet(GFlowNet(pf, pb, flow), graph, get_objective("db"), TrainingConfig(**TRAINING), {}, tmp_path, False, dict)
 
 
 @pytest.mark.parametrize("log_reward, message", [

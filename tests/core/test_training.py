@@ -1,5 +1,6 @@
 """The training loop: resume reproduces an uninterrupted run exactly; a NaN stops training and keeps the last good checkpoint."""
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None):
     seed_everything(0)
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
-    pf, pb = hypergrid.make_policies(g, cfg, hidden=16)
+    pf, pb = hypergrid.make_policies(g, replace(cfg, hidden=16))
     gfn = GFlowNet(pf, pb)
     opt = make_optimizer(gfn, 1e-2, 1e-1)
 
@@ -112,7 +113,7 @@ def test_a_history_line_cut_short_is_dropped_on_resume(tmp_path):
 def test_optimizer_groups_have_their_own_learning_rates():
     cfg = hypergrid.HypergridConfig()
     g = hypergrid.make_graph(cfg)
-    pf, pb = hypergrid.make_policies(g, cfg, backward="learned", hidden=8)
+    pf, pb = hypergrid.make_policies(g, replace(cfg, backward="learned", hidden=8))
     opt = make_optimizer(GFlowNet(pf, pb, StateFlow(g.encode, 16, 8)), 1e-3, 1e-1, 1e-2)
     lrs = {grp["name"]: (grp["lr"], len(grp["params"])) for grp in opt.param_groups}
     assert lrs["log_Z"] == (1e-1, 1) and lrs["log_F"][0] == 1e-2 and lrs["policy"][0] == 1e-3
@@ -177,12 +178,13 @@ def test_weight_average_is_the_exponential_average_of_the_weights_after_each_ste
 def test_an_objective_on_transitions_needs_its_batch_source(tmp_path):
     from environments.dag_params.objective import UNDIRECTED_SUBTB
     from experiments.common import train_gflownet
+    from experiments.training_config import TrainingConfig
 
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
-    gfn = GFlowNet(*hypergrid.make_policies(g, cfg, hidden=8))
+    gfn = GFlowNet(*hypergrid.make_policies(g, replace(cfg, hidden=8)))
     with pytest.raises(ValueError, match="trains on transitions"):
-        train_gflownet(gfn, g, UNDIRECTED_SUBTB, {"lr": 1e-3, "steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0, "lr_milestone": 0, "lr_gamma": 0.5}, tmp_path, False, dict)
+        train_gflownet(gfn, g, UNDIRECTED_SUBTB, TrainingConfig(steps=1, batch_size=4, eval_every=1, grad_clip=0.0), {}, tmp_path, False, dict)
 
 
 class _Planted:

@@ -6,6 +6,7 @@ probability (5 binomial standard errors per state, a chi-square test at level 1e
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ def _grid(height: int = 3, ndim: int = 2):
     cfg = hypergrid.HypergridConfig(height=height, ndim=ndim)
     graph = hypergrid.make_graph(cfg)
     torch.manual_seed(0)
-    pf, _ = hypergrid.make_policies(graph, cfg, hidden=16)
+    pf, _ = hypergrid.make_policies(graph, replace(cfg, hidden=16))
     for p in pf.parameters():
         nn.init.normal_(p, std=0.5)
     return graph, pf

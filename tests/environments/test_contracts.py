@@ -11,13 +11,14 @@ from experiments.settings import build, resolve
 
 # Small settings per environment (exact checks enumerate the space). A new environment must add its own.
 SMALL_SETTINGS = {
-    "hypergrid": st.fixed_dictionaries({"height": st.integers(2, 6), "ndim": st.integers(1, 3), "R0": st.floats(1e-4, 1.0), "R1": st.floats(0.0, 3.0), "R2": st.floats(0.0, 3.0)}),
+    "hypergrid": st.fixed_dictionaries({"height": st.integers(2, 6), "ndim": st.integers(1, 3), "R0": st.floats(1e-4, 1.0), "R1": st.floats(0.0, 3.0), "R2": st.floats(0.0, 3.0), "backward": st.sampled_from(["uniform", "learned"]), "hidden": st.just(16), "n_layers": st.just(1)}),
     "quarter-disc": st.fixed_dictionaries({"rho": st.floats(0.1, 0.5), "jacobian": st.just(True)}),
     "dag-params": st.fixed_dictionaries({"d": st.integers(2, 3), "n_data": st.integers(5, 100), "graph_prior": st.sampled_from(["uniform", "erdos_renyi"]), "edges_per_node": st.just(0.4), "max_parents": st.integers(0, 1), "model": st.sampled_from(["lingauss-diag", "lingauss-full"]), "hidden": st.just(8)}),
     # n = 64 nodes per piece: 8 trapezoid nodes per angle on the 2-torus, accurate for concentrations up to ~3 and 2 harmonics
     "torus": st.fixed_dictionaries({"n_dim": st.integers(1, 2), "n_steps": st.integers(1, 2), "n_components": st.integers(1, 5), "c_min": st.floats(0.1, 2.0), "harmonics": st.integers(1, 2), "backward": st.sampled_from(["learned", "tied", "uniform"]), "hidden": st.just(16), "n_layers": st.just(1)}),
     "hybrid-torus": st.fixed_dictionaries({"n_dim": st.integers(1, 2), "n_steps": st.integers(1, 2), "n_components": st.integers(1, 3), "c_min": st.floats(0.1, 2.0), "harmonics": st.integers(1, 2), "backward": st.sampled_from(["learned", "tied", "uniform"]), "hidden": st.just(16), "n_layers": st.just(1)}),
     "sde": st.fixed_dictionaries({"target": st.sampled_from(["gmm9", "funnel"]), "n_steps": st.integers(1, 6), "sigma": st.floats(0.5, 6.0), "learned_variance": st.booleans(), "langevin": st.booleans(), "hidden": st.just(16)}),
+    "diffusion": st.fixed_dictionaries({"dim": st.integers(1, 2), "n_steps": st.integers(1, 6), "beta_min": st.floats(0.0, 1.0), "beta_max": st.floats(1.0, 20.0), "hidden": st.just(16), "learn_backward": st.booleans()}),
 }
 
 

@@ -1,5 +1,6 @@
 """Hypergrid specifics: the reward's levels, the exact target, and P_T by dynamic programming against sampling."""
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ def _exact(height: int, ndim: int, hidden: int):
     torch.manual_seed(0)
     cfg = hypergrid.HypergridConfig(height=height, ndim=ndim)
     g = hypergrid.make_graph(cfg)
-    pf, _ = hypergrid.make_policies(g, cfg, hidden=hidden)
+    pf, _ = hypergrid.make_policies(g, replace(cfg, hidden=hidden))
     states = enumerate_states(g)
     return g, pf, states, terminating_distribution(g, pf, states)
 

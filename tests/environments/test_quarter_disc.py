@@ -1,6 +1,7 @@
 """Quarter-disc specifics: arc geometry, the forced-exit rule, the mirrored backward kernel, normalisation by
 independent quadrature, the Jacobian-free error, the reward's partition function and the grid metrics."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -125,7 +126,7 @@ def test_pf_integrates_to_one_by_independent_quadrature(rho):
     initialised network (concentrations near 2.6): quadrature error < 1e-8, float32 network outputs ~1e-6; tolerance 1e-4."""
     torch.manual_seed(0)
     g = qd.make_graph(cfg(rho))
-    pf, _ = qd.make_policies(g, cfg(rho), hidden=32, n_layers=2)
+    pf, _ = qd.make_policies(g, replace(cfg(rho), hidden=32, n_layers=2))
     r, wr = _gauss_legendre(96, 0.0, rho)
     phi, wphi = _gauss_legendre(96, 0.0, math.pi / 2)
     R, P = torch.meshgrid(r, phi, indexing="ij")
@@ -151,10 +152,10 @@ def test_check_passes_with_jacobians_and_fails_eq15_without(rho):
     int q(u) / |J(u)| du != 1 (e.g. 0.44 measured at rho = 0.25), far outside the Monte Carlo tolerance."""
     torch.manual_seed(0)
     g = qd.make_graph(cfg(rho))
-    good = check_graph(g, *qd.make_policies(g, cfg(rho), "learned", hidden=32, n_layers=2), n=128)
+    good = check_graph(g, *qd.make_policies(g, replace(cfg(rho), backward="learned", hidden=32, n_layers=2)), n=128)
     assert good.passed, str(good)
     torch.manual_seed(0)
-    bad = check_graph(g, *qd.make_policies(g, cfg(rho, jacobian=False), "learned", hidden=32, n_layers=2), n=128)
+    bad = check_graph(g, *qd.make_policies(g, replace(cfg(rho, jacobian=False), backward="learned", hidden=32, n_layers=2)), n=128)
     failed = {r.condition.split()[1] for r in bad.results if not r.passed}
     assert failed == {"15", "16"}, str(bad)
 
@@ -207,7 +208,7 @@ def test_concentration_bound_and_mixture_sizes_reach_every_head():
     """make_policies' concentration_max and mixture sizes set every Beta head of P_F and of the learned P_B; saturated
     pre-activations reach the bound (sigmoid(30) = 1 - 1e-13)."""
     g = qd.make_graph(cfg())
-    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=8, n_layers=1, n_components_s0=5, n_components=3, concentration_max=50.0)
+    pf, pb = qd.make_policies(g, replace(cfg(), backward="learned", hidden=8, n_layers=1, n_components_s0=5, n_components=3, concentration_max=50.0))
     heads = [*pf.heads, *pb.heads]
     assert [h.n_components for h in heads] == [5, 3, 3]
     for h in heads:
@@ -252,7 +253,7 @@ def test_edge_clamp_keeps_sampled_densities_finite():
     assert torch.isfinite(d.log_prob(u)).all()
     torch.manual_seed(0)
     g = qd.make_graph(cfg())
-    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=16, n_layers=1)
+    pf, pb = qd.make_policies(g, replace(cfg(), backward="learned", hidden=16, n_layers=1))
     with torch.no_grad():
         for out in (pf.out, pb.out):
             out.weight.zero_()
@@ -307,8 +308,8 @@ def test_tied_backward_policy_scores_with_one_torso_pass():
     and the torso's gradients equal those of separate P_F and P_B calls (float32 torso: 1e-5)."""
     torch.manual_seed(0)
     g = qd.make_graph(cfg())
-    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=32, n_layers=2)
-    assert tied(pf, pb) and not tied(pf, qd.make_policies(g, cfg(), "uniform")[1])
+    pf, pb = qd.make_policies(g, replace(cfg(), backward="learned", hidden=32, n_layers=2))
+    assert tied(pf, pb) and not tied(pf, qd.make_policies(g, cfg())[1])
     traj = sample_forward(g, pf, 256)
     mask = traj.mask
     s, nx, ns = traj.states[:-1][mask], traj.states[1:][mask], traj.sink[1:][mask]
@@ -329,7 +330,7 @@ def test_scores_at_the_rollouts_draw_equal_scores_at_the_located_transitions():
     (float32 coordinates against their float64 inverses: 1e-5)."""
     torch.manual_seed(3)
     g = qd.make_graph(cfg())
-    pf, pb = qd.make_policies(g, cfg(), "learned", hidden=32, n_layers=2)
+    pf, pb = qd.make_policies(g, replace(cfg(), backward="learned", hidden=32, n_layers=2))
     traj = sample_forward(g, pf, 256, epsilon=0.2)
     assert traj.draw is not None and len(traj.draw.comp) == int(traj.mask.sum())
     assert traj.trimmed().draw is traj.draw
@@ -391,7 +392,7 @@ def test_saturated_backward_policy_walks_from_the_boundary_reach_s0(rho, end):
     (torch.manual_seed(0)); what is asserted holds for every draw (every walk reaches s0, states in S up to 1e-15)."""
     torch.manual_seed(0)
     g = qd.make_graph(cfg(rho))
-    _, pb = qd.make_policies(g, cfg(rho), "learned", hidden=16, n_layers=1)
+    _, pb = qd.make_policies(g, replace(cfg(rho), backward="learned", hidden=16, n_layers=1))
     C = pb.heads[0].n_components
     lo, hi = (-30.0, 30.0) if end == "wall x = 0" else (30.0, -30.0)
     with torch.no_grad():

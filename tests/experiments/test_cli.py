@@ -31,7 +31,7 @@ def test_list_names_every_experiment_and_environment(capsys):
         (["run", "jsp-gfn", "--set", "delta=0"], "delta=0.0 is out of range"),
         (["run", "hypergrid", "--world-size", "0"], "--world-size=0 is out of range; valid: >= 1"),
         (["run", "jsp-table", "--world-size", "2"], "jsp-table trains many runs: spread them over processes with --set jobs=N"),
-        (["check", "nowhere"], "unknown environment 'nowhere'; valid: dag-params, hybrid-torus, hypergrid"),
+        (["check", "nowhere"], "unknown environment 'nowhere'; valid: dag-params, diffusion, hybrid-torus, hypergrid"),
         (["check", "hypergrid", "--set", "R0=0"], "R0=0.0 is out of range"),
     ],
 )

@@ -1,9 +1,9 @@
-"""The structure-learning baselines of the d = 20 table (JSP-GFN, Deleu et al. 2023, section 5.2), by name, imported lazily.
+"""The structure-learning baselines of JSP-GFN's tables (Deleu et al. 2023, section 5.2 and Table D.1), by name, imported lazily.
 
 ``STRUCTURE_BASELINES`` maps a table's name to where the function lives and the packages it needs (the optional
-extra ``baselines``); :func:`available` says whether those import, and why not, so that a table can run what is
-installed and write which baselines it skipped; :func:`load` returns the function. Importing this module imports
-none of those packages.
+extra ``baselines``; none for ``bcd``, which is torch and scipy only); :func:`available` says whether those import,
+and why not, so that a table can run what is installed and write which baselines it skipped; :func:`load` returns the
+function. Importing this module imports none of those packages.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ STRUCTURE_BASELINES = {
     "b-ges": StructureBaseline("baselines.bootstrap", "bootstrap_ges", (("causallearn", "causal-learn"),)),
     "b-pc": StructureBaseline("baselines.bootstrap", "bootstrap_pc", (("causallearn", "causal-learn"),)),
     "dibs": StructureBaseline("baselines.dibs", "joint_dibs", (("jax", "jax"), ("dibs", "dibs-lib"))),
+    "bcd": StructureBaseline("baselines.bcd", "bcd_nets", ()),
 }
 
 

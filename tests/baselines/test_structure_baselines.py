@@ -44,7 +44,7 @@ def test_registry_reports_a_missing_package(monkeypatch):
 
 
 def test_registry_rejects_an_unknown_name():
-    assert tuple(STRUCTURE_BASELINES) == ("b-ges", "b-pc", "dibs")
+    assert tuple(STRUCTURE_BASELINES) == ("b-ges", "b-pc", "dibs", "bcd")
     with pytest.raises(ValueError, match="unknown structure baseline 'ges'; choose one of"):
         available("ges")
 

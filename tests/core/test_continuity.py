@@ -98,7 +98,8 @@ def test_a_space_of_atoms_has_nothing_to_probe_and_the_row_leaves_the_global_gen
 
 SHIPPED = [("hypergrid", {"height": 4, "ndim": 2}), ("quarter-disc", {"rho": 0.25}), ("sde", {"target": "gmm9", "n_steps": 4, "hidden": 16}),
            ("sde", {"target": "funnel", "n_steps": 2, "hidden": 16}), ("dag-params", {"d": 3, "hidden": 8}),
-           ("torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1}), ("hybrid-torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1})]
+           ("torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1}), ("hybrid-torus", {"n_steps": 2, "harmonics": 1, "hidden": 8, "n_layers": 1}),
+           ("diffusion", {"dim": 2, "n_steps": 4, "hidden": 16})]
 
 
 @pytest.mark.parametrize("name, settings", SHIPPED)

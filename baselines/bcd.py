@@ -51,12 +51,12 @@ Graph prior, against JSP-GFN's. JSP-GFN's ``LinearGaussian`` puts a uniform prio
 implied: :math:`P(G) = \\sum_{\\pi} \\frac{1}{d!} P_{\\mathrm{hs}}(|L| > 0.3 \\text{ on } G\\text{'s edges}, \\le 0.3
 \\text{ elsewhere} \\mid \\pi)`, so a graph gets prior mass in proportion to its number of topological orders (the
 empty graph is consistent with all :math:`d!`, a Hamiltonian path with one) times the horseshoe's odds of its weights
-clearing the threshold: sparse graphs, and weak edges (:math:`|w| < 0.3`, which the exact posterior of JSP-GFN's model
-does resolve at :math:`\\sigma = 0.1`), are favoured; and it learns the noise variance.
+clearing the threshold: sparse graphs are favoured, and a weak edge (:math:`|w| \\le 0.3`, which the exact posterior of
+JSP-GFN's model does resolve at :math:`\\sigma = 0.1`) is no edge at all; and it learns the noise variance.
 
-Cost on one CPU thread, on a machine whose 2 cores were shared with other jobs: about 15 ms per step at ``d = 3`` and
+Cost on one CPU thread, on a machine whose 2 cores were shared with other jobs: 15-17 ms per step at ``d = 3`` and
 ``d = 5`` with the defaults (the backward pass through the Sinkhorn sweeps is most of it), so the paper's 20,000
-steps take about 5 min per dataset (docs/results.md, section 4, 'BCD Nets').
+steps took 340-350 s per dataset at ``d = 5`` (docs/results.md, section 4, 'BCD Nets beside the exact posterior').
 """
 from __future__ import annotations
 

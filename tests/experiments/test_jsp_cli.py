@@ -198,3 +198,17 @@ def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monk
     assert main(["run", "jsp-table", "--out", str(out), "--threads", "1", "--set", *TINY, "dims=3", "datasets=1", "baseline=b-ges"]) == 0
     assert json.loads((out / "d3" / "data0" / "baselines.json").read_text()) == {"b-ges": "skipped: causal-learn is not installed: pip install 'gflownet-measure[baselines]'"}
     assert "b-ges: skipped: causal-learn is not installed" in (out / "table.txt").read_text()
+
+
+@pytest.mark.slow
+def test_bcd_runs_beside_jsp_gfn_and_is_skipped_beyond_its_enumeration(tmp_path):
+    """baseline=bcd (BCD Nets, baselines/bcd.py): scored like the other baselines at d = 3; at d = 8 its permanent over
+    the d! orders is not enumerated, which baselines.json records instead of crashing."""
+    out = tmp_path / "d3"
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "baseline=bcd", "bcd_steps=5"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert 0 <= m["bcd_edge_rmse"] <= 1 and m["bcd_samples"] == 50 and m["bcd_discarded"] == 0 and "bcd_theta_nll" in m
+    assert json.loads((out / "baselines.json").read_text()) == {"bcd": "ran"}
+    out = tmp_path / "d8"
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=8", "baseline=bcd", "bcd_steps=5"]) == 0
+    assert json.loads((out / "baselines.json").read_text()) == {"bcd": "skipped: BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= 7 only"}

@@ -98,7 +98,9 @@ class WeightedPoints:
 
     :math:`\\int f\\, d\\mu_b \\approx \\sum_m \\exp(\\text{log\\_w}_{bm}) f(x_{bm}, \\text{sink}_{bm})`;
     Atom nodes are exact, the others come from charts (quadrature or Monte Carlo).
-    Masked nodes carry weight zero through ``mask``.
+    Masked nodes carry weight zero through ``mask``. ``block`` (Monte Carlo draws of a
+    :class:`~gflownet_measure.sampled.SampledMeasure`): nodes of one block were drawn together, blocks are i.i.d.;
+    ``None``: the nodes of each piece are i.i.d.
     """
 
     x: Tensor  # [B, M, D]
@@ -107,6 +109,7 @@ class WeightedPoints:
     mask: Tensor  # [B, M]
     component: Tensor  # [M] long: which atom (0..K-1) or piece (K..K+C-1) each node belongs to
     n_atoms: int  # K
+    block: Tensor | None = None  # [M] long, 0..L-1: the block of each chart node (see above)
 
     @property
     def exact(self) -> Tensor:

@@ -84,14 +84,20 @@ def integrate(wp: WeightedPoints, values: Tensor, inner_var: Tensor | None = Non
 
     Atom nodes are exact (they only pass on ``inner_var``, the variance of their own values); the
     ``M`` nodes of a piece are i.i.d., so the variance of their sum is the sample variance of
-    ``M w v`` over ``M`` (inner noise included). For quadrature nodes that variance means nothing: the callers
-    use the coarse rule instead (module docstring).
+    ``M w v`` over ``M`` (inner noise included); where ``wp.block`` groups the chart nodes into ``L`` i.i.d. blocks
+    (draws made together), the sample variance of ``L`` times the blocks' sums over ``L``. For quadrature nodes that
+    variance means nothing: the callers use the coarse rule instead (module docstring).
     """
     w = torch.where(wp.mask, wp.log_w.exp(), torch.zeros_like(wp.log_w))
     terms = torch.where(wp.mask, w * values, torch.zeros_like(values))
     var = torch.zeros(terms.shape[0], dtype=terms.dtype, device=terms.device)
     if inner_var is not None:
         var = var + (w[:, wp.exact] ** 2 * inner_var[:, wp.exact]).sum(1)
+    if wp.block is not None:
+        drawn = ~wp.exact
+        L = int(wp.block[drawn].max()) + 1 if bool(drawn.any()) else 0
+        sums = terms.new_zeros(terms.shape[0], L).index_add_(1, wp.block[drawn], terms[:, drawn])
+        return terms.sum(1), var + ((L * sums).var(1) / L if L > 1 else 0.0)
     for c in wp.component[~wp.exact].unique():
         nodes = wp.component == c
         M = int(nodes.sum())

@@ -5,13 +5,24 @@ Both sides are integrated against ``K`` random test functions
 .. math:: f(s, s') = \\cos(a \\cdot e(s) + b \\cdot e(s') + c)\\, g(s) g(s'),\\qquad f(s, \\bot) = \\cos(a \\cdot e(s) + d)\\, g(s),
 
 with :math:`e` = ``graph.encode`` and the envelope :math:`g(s) = \\exp(-\\|e(s)\\|^2/2)`; the pairs into the sink are
-compared with the terminal measure, :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`. Each side is also
-split by pair type (from :math:`s_0`, inner, into the sink) and by kernel component, so that a failure says where the
-two measures differ.
+compared with the terminal measure, :math:`\\kappa_b(\\bot, ds) = \\nu(ds)\\,\\kappa(s, \\{\\bot\\})`.
+
+Each test function is compared on four classes of pairs apart (:data:`PAIR_CLASSES`): pairs of two states or into the
+sink, and whether the pair is an atom of the pair measure or lies in its diffuse part. Both are properties of the pair
+itself, so eq. 4, an equality of measures, holds on each class: :math:`f` times the indicator of the pairs into the
+sink is a test function, and a measure's atomic part (its atoms) is unique, so the atomic parts of the two sides
+agree, and hence their diffuse parts. A pair :math:`(s, s')` of :math:`\\nu \\otimes \\kappa` is atomic where :math:`s` is
+an atom of :math:`\\nu` and :math:`s'` an atom of :math:`\\kappa(s, \\cdot)` (a piece of no active coordinate is an atom);
+likewise for :math:`\\nu \\otimes \\kappa_b`. Apart, a class is judged against its own size: on the DAG x Theta space at
+d = 20 the pairs into the sink weigh :math:`10^{13}` to :math:`10^{15}` times those between states, which a comparison of
+the totals could never see. Each side is also split by pair type and kernel component, so that a failure says where the two measures differ.
 
 Where :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure`, its outer integrals
 are the importance-sampling sums :math:`\\sum_m w_m \\int f(x_m, s')\\, \\kappa(x_m, ds')` over its draws, and their
-variance (the sample variance of the ``M`` i.i.d. terms, inner noise included) enters the tolerance.
+variance (``L`` times the sample variance of its ``L`` i.i.d. blocks of draws, inner noise included) enters the
+tolerance: that of the two sides' difference, block by block, since both sum over the same draws (:func:`_integrals`).
+Such a measure says which draws are atoms with :attr:`~gflownet_measure.sampled.SampledMeasure.atomic`; where it does
+not, the atomic and diffuse pairs are compared together.
 """
 
 from __future__ import annotations
@@ -24,17 +35,32 @@ import torch
 from torch import Tensor
 
 from ..graph import PointedGraph
-from ..measures import WeightedPoints
+from ..measures import Measure, WeightedPoints
 from ..sampled import SampledMeasure
 from .integration import EXACT_RTOL, QUADRATURE_SAFETY, STATE_BUDGET, Z_SCORE, Rule, exact_graph, integrate, nodes, pair_method, sampled_measures
 from .normalisation import remedy
 from .results import CONDITIONS, POWER, UNDECIDED, CheckResult, verdict
 from .support import component_name
 
-__all__ = ["PAIR_BUDGET", "PAIR_TYPES", "TestFunctions", "test_functions", "evaluate", "Side", "pair_integrals", "check_reversibility"]
+__all__ = [
+    "PAIR_BUDGET",
+    "PAIR_TYPES",
+    "PAIR_CLASSES",
+    "TestFunctions",
+    "test_functions",
+    "evaluate",
+    "Side",
+    "diffuse_nodes",
+    "pair_integrals",
+    "check_reversibility",
+]
 
 PAIR_BUDGET = 2**24  # inner nodes x max(state coordinates, test functions) per chunk of outer states (128 MiB in float64)
 PAIR_TYPES = ("from s0", "inner", "into the sink")
+PAIR_CLASSES = tuple(f"{pairs}, {part}" for part in ("atomic", "diffuse") for pairs in ("between states", "into the sink"))
+"""The classes of pairs compared apart (module docstring): class ``k + 2 d`` holds the pairs into the sink if ``k``, diffuse
+ones if ``d``. (From :math:`s_0` and inner pairs are one class: apart, a quadrature rule's error on the pairs from
+:math:`s_0` of the quarter disc, whose kernel jumps across its first disc, would leave that small class undecided.)"""
 ORDER_CHUNK = 4096  # states per kernel call when sorting them by structure (fewer where its atoms exceed STATE_BUDGET numbers)
 
 
@@ -82,14 +108,22 @@ def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink:
 
 
 class Side(NamedTuple):
-    """One side of eq. 4 for ``K`` test functions: estimates, Monte Carlo variances and :math:`\\int |f|` ``[K]`` each, and
-    the estimate split by pair type and kernel component, ``groups [K, 3, C]`` (``names``: the ``C`` components)."""
+    """One side of eq. 4 for ``K`` test functions on each of the ``T`` classes of :data:`PAIR_CLASSES`: estimates, Monte
+    Carlo variances and :math:`\\int |f|` ``[K, T]`` each, and the estimate split by pair type and kernel component,
+    ``groups [K, 3, C]`` (``names``: the ``C`` components). ``outer`` is the outer rule (:math:`\\nu`'s nodes, each
+    weight times the envelope :math:`g` of its state), ``inner`` and ``inner_var`` ``[K, T, M]`` the inner integrals at
+    its nodes and their variances (0 at nodes outside the kernel's domain), so that
+    ``integrate(outer, inner, inner_var)`` is ``(est, var)``; both sides share ``outer``, and :func:`_integrals` takes
+    the variance of their difference node by node."""
 
     est: Tensor
     var: Tensor
     mass: Tensor
     groups: Tensor
     names: tuple[str, ...]
+    outer: WeightedPoints
+    inner: Tensor
+    inner_var: Tensor
 
 
 def _structure_order(kernel, s: Tensor) -> Tensor:
@@ -101,36 +135,61 @@ def _structure_order(kernel, s: Tensor) -> Tensor:
     return torch.argsort(key, stable=True)
 
 
-def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestFunctions, swap: bool, rule: Rule) -> Side:
+def diffuse_nodes(measure: Measure, wp: WeightedPoints) -> Tensor:
+    """``[B, M]`` bool: the nodes ``wp`` of ``measure`` that lie on a piece with an active coordinate at their measure of
+    the batch (:meth:`~gflownet_measure.charts.Chart.active`), as opposed to its atoms and its pieces of
+    :math:`\\mathbb R^0` (unit atoms)."""
+    dims = [torch.zeros(measure.batch, measure.atoms.count, dtype=torch.long)]
+    for p in measure.pieces:
+        active = p.chart.active(p.context)
+        dims.append((torch.full((measure.batch,), p.chart.domain.dim) if active is None else active.sum(1))[:, None])
+    return torch.cat(dims, 1)[:, wp.component] > 0
+
+
+def _diffuse_draws(measure: Measure | SampledMeasure, wp: WeightedPoints) -> Tensor | None:
+    """``[M]`` bool: the nodes ``wp`` (of the batch-one ``measure``) in its diffuse part; ``None`` where a sampled
+    measure does not say which of its draws are atoms."""
+    if isinstance(measure, Measure):
+        return diffuse_nodes(measure, wp)[0]
+    return None if measure.atomic is None else ~measure.atomic(wp.x[0])
+
+
+def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestFunctions, swap: bool, rule: Rule, outer_diffuse: Tensor | None = None) -> Side:
     """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`) for every test function.
 
     The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values, counted as
     nodes times the larger of the state's coordinates and the ``K`` test functions; a chunk that comes out larger is
     halved and redone (states differ in their number of pieces), so that a :math:`\\nu` with many pieces (the DAG x Theta
     space) stays within memory; every test function reuses a chunk's nodes. Pairs are typed by their first state
-    (:math:`s_0` or not) and whether the second is the sink. Outer Monte Carlo nodes of weight zero or at the sink (a
+    (:math:`s_0` or not) and whether the second is the sink, and, where ``outer_diffuse`` (``[M]`` bool, the outer
+    nodes in the diffuse part of their measure) is given, split into atomic and diffuse (:data:`PAIR_CLASSES`; without
+    it every pair counts as atomic). Outer Monte Carlo nodes of weight zero or at the sink (a
     sampled :math:`\\nu`'s draws outside its support) are zero terms of the outer sum: never passed to the kernel,
     but counted in its variance.
     """
     keep = outer.mask[0] & ~outer.sink[0]
     order = _structure_order(kernel, outer.x[0][keep])
     idx = keep.nonzero()[:, 0][order]
-    zero = (~keep & ~outer.exact).nonzero()[:, 0]
-    rows = torch.cat([idx, zero])
     s = outer.x[0][idx]
     # the outer state's envelope g(s) joins its weight, the inner one g(s') (or nothing, into the sink) the inner weights
     log_go = _log_envelope(graph, fs, s[None])[1][0] if len(s) else s.new_zeros(0, dtype=torch.float64)
-    shift = torch.cat([log_go, torch.zeros(len(zero), dtype=torch.float64)])
-    sub = WeightedPoints(outer.x[:, rows], outer.sink[:, rows], outer.log_w[:, rows] + shift, outer.mask[:, rows], outer.component[rows], outer.n_atoms)
+    sub = replace(outer, log_w=outer.log_w.index_add(1, idx, log_go[None]))
     w_out = (outer.log_w[0][idx] + log_go).exp()
-    K, width = fs.a.shape[0], max(s.shape[1], fs.a.shape[0])
+    K, T, width = fs.a.shape[0], len(PAIR_CLASSES), max(s.shape[1], fs.a.shape[0])
+    outer_part = torch.zeros(len(s), dtype=torch.bool) if outer_diffuse is None else outer_diffuse[idx]
     first = kernel(s[:1])
     C = first.n_components
     chunk = max(1, PAIR_BUDGET // (nodes(first, rule).x.shape[1] * width))
-    est_parts, var_parts, mass_parts, groups = [], [], [], torch.zeros(K, 3 * C, dtype=torch.float64)
+    est_parts, var_parts, mass_parts = (
+        [torch.zeros(K, T, 0, dtype=torch.float64)],
+        [torch.zeros(K, T, 0, dtype=torch.float64)],
+        [torch.zeros(K, T, 0, dtype=torch.float64)],
+    )
+    groups = torch.zeros(K, 3 * C, dtype=torch.float64)
     i = 0
     while i < len(s):
-        inner = nodes(kernel(s[i : i + chunk]), rule)
+        measure = kernel(s[i : i + chunk])
+        inner = nodes(measure, rule)
         if chunk > 1 and inner.x.shape[0] * inner.x.shape[1] * width > PAIR_BUDGET:
             chunk //= 2
             continue
@@ -145,66 +204,93 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         inner = replace(inner, log_w=inner.log_w + log_g - log_go[i : i + len(x), None])
         w = torch.where(inner.mask, inner.log_w.exp(), torch.zeros_like(inner.log_w))
         terms = w * v  # [K, N, M]; masked nodes have weight 0
-        per_state = [integrate(inner, vk) for vk in v]
-        est_parts.append(torch.stack([e for e, _ in per_state]))
-        var_parts.append(torch.stack([vv for _, vv in per_state]))
-        mass_parts.append((w * v.abs()).sum(2))
+        diffuse = outer_part[i : i + len(x), None] | (diffuse_nodes(measure, inner) & (outer_diffuse is not None))
+        cls = (kind == 2).long() + 2 * diffuse.long()  # [N, M]: the class of each pair
+        est_t, var_t, mass_t = (torch.zeros(K, T, len(x), dtype=torch.float64) for _ in range(3))
+        for t in cls.unique().tolist():
+            on = cls == t
+            for k in range(K):
+                est_t[k, t], var_t[k, t] = integrate(inner, v[k] * on)
+            mass_t[:, t] = (w * v.abs() * on).sum(2)
+        est_parts.append(est_t)
+        var_parts.append(var_t)
+        mass_parts.append(mass_t)
         slot = (kind * C + inner.component).flatten()  # [N M]: pair type and component of each node
         groups.index_add_(1, slot, (w_out[i : i + len(x), None] * terms).flatten(1))
         i += len(inner.x)
-    pad = [torch.zeros(K, len(zero), dtype=torch.float64)]
-    est, var, mass = torch.cat(est_parts + pad, 1), torch.cat(var_parts + pad, 1), torch.cat(mass_parts + pad, 1)
-    out = [integrate(sub, est[k][None], var[k][None]) for k in range(K)]
+    est, var, mass = (torch.zeros(K, T, outer.x.shape[1], dtype=torch.float64).index_copy(2, idx, torch.cat(p, 2)) for p in (est_parts, var_parts, mass_parts))
+    out = [integrate(sub, e[None], v[None]) for e, v in zip(est.flatten(0, 1), var.flatten(0, 1))]
     return Side(
-        torch.cat([e for e, _ in out]),
-        torch.cat([v for _, v in out]),
-        torch.stack([integrate(sub, mass[k][None])[0][0] for k in range(K)]),
+        torch.cat([e for e, _ in out]).reshape(K, T),
+        torch.cat([v for _, v in out]).reshape(K, T),
+        torch.stack([integrate(sub, m[None])[0][0] for m in mass.flatten(0, 1)]).reshape(K, T),
         groups.reshape(K, 3, C),
         tuple(component_name(first, c) for c in range(C)),
+        sub,
+        est,
+        var,
     )
 
 
 class _Integrals(NamedTuple):
-    """Both sides of eq. 4 and the sink term (estimate, variance, :math:`\\int |f|` ``[K]`` each) with one rule."""
+    """Both sides of eq. 4 and the sink term (estimate, variance, :math:`\\int |f|` ``[K, T]`` each, over
+    :data:`PAIR_CLASSES`) with one rule, and ``pair_var [K, T]``, the variance of ``lhs - rhs`` over the outer nodes
+    they share (sink term aside)."""
 
     lhs: Side
     rhs: Side
     sink: tuple[Tensor, Tensor, Tensor]
+    pair_var: Tensor
 
 
 def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int) -> _Integrals:
     """:math:`\\int f\\, d(\\nu \\otimes \\kappa)`, :math:`\\int f\\, d\\,\\mathrm{swap}(\\nu \\otimes \\kappa_b)` and the sink term
     :math:`\\int f(s, \\bot)\\, \\kappa_b(\\bot, ds)` for the test functions ``fs``, every piece integrated by ``rule``,
-    a sampled :math:`\\nu` or terminal measure by its draws from a generator seeded with ``seed`` (the same draws for every rule)."""
+    a sampled :math:`\\nu` or terminal measure by its draws from a generator seeded with ``seed`` (the same draws for every rule).
+
+    Both sides are sums over the same nodes of :math:`\\nu` (common random numbers): the variance of their difference is
+    that of the node-by-node differences of their terms (inner noise included), which is far below the sum of the two
+    variances where the two sides' terms at a node move together (a DAG's children and parents both follow its edges)."""
     draws = torch.Generator().manual_seed(seed)
     nu = nodes(graph.nu, rule, draws)
     terminal = nodes(graph.terminal, rule, draws)
-    lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule)
-    rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule)
+    nu_diffuse, terminal_diffuse = _diffuse_draws(graph.nu, nu), _diffuse_draws(graph.terminal, terminal)
+    split = nu_diffuse is not None and terminal_diffuse is not None
+    lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule, nu_diffuse if split else None)
+    rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule, nu_diffuse if split else None)
     t_sink, log_g = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M], [1, M]
     terminal = replace(terminal, log_w=terminal.log_w + log_g)
-    sink_terms = [(*integrate(terminal, t), integrate(terminal, t.abs())[0]) for t in t_sink]
-    est, var, mass = (torch.cat(col) for col in zip(*sink_terms))
-    return _Integrals(lhs, rhs, (est, var, mass))
+    K, T = t_sink.shape[0], len(PAIR_CLASSES)
+    sink = [torch.zeros(K, T, dtype=torch.float64) for _ in range(3)]
+    for part in (False, True):
+        on = (terminal_diffuse == part) if split else torch.full_like(terminal.sink[0], not part)
+        for k, t in enumerate(t_sink):
+            (e,), (v,) = integrate(terminal, t * on)
+            sink[0][k, 1 + 2 * part], sink[1][k, 1 + 2 * part] = e, v
+            sink[2][k, 1 + 2 * part] = integrate(terminal, (t * on).abs())[0][0]
+    differences = zip((lhs.inner - rhs.inner).flatten(0, 1), (lhs.inner_var + rhs.inner_var).flatten(0, 1))
+    pair_var = torch.cat([integrate(lhs.outer, d[None], v[None])[1] for d, v in differences]).reshape(K, T)
+    return _Integrals(lhs, rhs, (sink[0], sink[1], sink[2]), pair_var)
 
 
 def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule: Rule, seed: int) -> tuple[Tensor, str]:
-    """The estimation-error part of the tolerance ``[K]`` and the rule's name (see :mod:`.integration`)."""
+    """The estimation-error part of the tolerance ``[K, T]`` and the rule's name (see :mod:`.integration`)."""
     if exact_graph(graph):
         return torch.zeros_like(fine.lhs.est), "exact sums over atoms"
     drawn = "".join(f"; {m.label} by {rule.n} importance-sampling draws" for m in sampled_measures(graph))
     if rule.method == "mc":
-        return Z_SCORE * (fine.lhs.var + fine.rhs.var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece{drawn}, {Z_SCORE:g} standard errors"
+        return Z_SCORE * (fine.pair_var + fine.sink[1]).sqrt(), f"Monte Carlo, {rule.n} nodes per piece{drawn}, {Z_SCORE:g} standard errors"
     coarse = _integrals(graph, fs, rule._replace(coarse=True), seed)
     change = (fine.lhs.est - coarse.lhs.est).abs() + (fine.rhs.est - coarse.rhs.est).abs() + (fine.sink[0] - coarse.sink[0]).abs()
-    # pooled: the rule's error on this graph is seen by every test function alike, and one function's change can vanish
-    # by chance where an integrand jumps (a kernel switching components across nu; the quarter disc at 8 x 8 nodes)
+    # pooled over the test functions of each class of pairs: the rule's error on those pairs is seen by every test function
+    # alike, and one function's change can vanish by chance where an integrand jumps (a kernel switching components across
+    # nu; the quarter disc at 8 x 8 nodes); not across classes, whose integrals differ in size by orders of magnitude
     how = f"quadrature, {rule.n} nodes per piece, {QUADRATURE_SAFETY:g} x the largest change from 3/4 of the nodes per coordinate"
-    quadrature = QUADRATURE_SAFETY * change.max().expand_as(change)
+    quadrature = QUADRATURE_SAFETY * change.amax(0, keepdim=True).expand_as(change)
     if not drawn:
         return quadrature, how
     # the outer sums over sampled measures are Monte Carlo whatever the rule: their standard errors add to the quadrature's change
-    var = (fine.lhs.var + fine.rhs.var) * isinstance(graph.nu, SampledMeasure) + fine.sink[1] * isinstance(graph.terminal, SampledMeasure)
+    var = fine.pair_var * isinstance(graph.nu, SampledMeasure) + fine.sink[1] * isinstance(graph.terminal, SampledMeasure)
     return quadrature + Z_SCORE * var.sqrt(), f"{how}{drawn}, plus {Z_SCORE:g} standard errors"
 
 
@@ -213,17 +299,17 @@ def _largest(side: Side, k: int, kind: int, label: str) -> str:
     return f"{label} {side.names[c]}: {float(side.groups[k, kind, c]):.4g}"
 
 
-def _located(r: _Integrals, k: int) -> str:
-    """Where test function ``k`` sees the two measures differ: the pair type with the largest difference, and on it the
-    largest component of each side."""
-    left = r.lhs.groups[k].sum(1)  # [3]
-    right = r.rhs.groups[k].sum(1) + torch.tensor([0.0, 0.0, float(r.sink[0][k])], dtype=torch.float64)
-    t = int((left - right).abs().argmax())
+def _located(r: _Integrals, k: int, c: int) -> str:
+    """Where test function ``k`` sees the two measures differ: the class of pairs ``c`` (:data:`PAIR_CLASSES`) where its
+    difference is largest against its tolerance, named by the pair type (:data:`PAIR_TYPES`) of the largest difference
+    in it, the two integrals there, and the largest component of each side on that pair type."""
+    gap = (r.lhs.groups[k].sum(1) - r.rhs.groups[k].sum(1)).abs()  # [3] by pair type
+    t = 2 if c % 2 else int(gap[:2].argmax())
     mine = _largest(r.lhs, k, t, "mostly kappa")
     theirs = "the terminal measure kappa_b(sink, .)" if t == 2 else _largest(r.rhs, k, t, "mostly kappa_b")
     return (
-        f"test function {k + 1}: nu(x)kappa {float(r.lhs.est[k]):.4g} vs swap(nu(x)kappa_b) {float(r.rhs.est[k] + r.sink[0][k]):.4g}; "
-        f"largest difference on pairs {PAIR_TYPES[t]}: nu(x)kappa {float(left[t]):.4g} ({mine}) vs {float(right[t]):.4g} ({theirs})"
+        f"test function {k + 1}: largest difference on pairs {PAIR_TYPES[t]} ({PAIR_CLASSES[c].split(', ')[1]}): nu(x)kappa {float(r.lhs.est[k, c]):.4g} ({mine}) "
+        f"vs swap(nu(x)kappa_b) {float(r.rhs.est[k, c] + r.sink[0][k, c]):.4g} ({theirs})"
     )
 
 
@@ -249,8 +335,10 @@ def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: i
 
     ``method``: ``"auto"``, ``"mc"`` or ``"quadrature"`` (:func:`~gflownet_measure.checks.integration.pair_method`; a sampled
     :math:`\\nu` or terminal measure is integrated by its own draws under each, module docstring). Each
-    test function is one comparison of :math:`|\\text{lhs} - \\text{rhs}|` with its tolerance; the size it is judged
-    against (undecided above :data:`~gflownet_measure.checks.results.POWER`) is the larger of :math:`|\\text{lhs}|` and :math:`|\\text{rhs}|`.
+    test function on each class of pairs (:data:`PAIR_CLASSES`) is one comparison of :math:`|\\text{lhs} - \\text{rhs}|`
+    with its tolerance; the size it is judged against (undecided above :data:`~gflownet_measure.checks.results.POWER`)
+    is the larger of :math:`|\\text{lhs}|` and :math:`|\\text{rhs}|`, and the classes that hold no pair (both
+    :math:`\\int |f|` zero) are left out of that median.
     """
     rule = Rule(pair_method(graph, method), n)
     fs = test_functions(graph, n_functions, gen)
@@ -258,13 +346,16 @@ def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: i
     r = _integrals(graph, fs, rule, seed)
     statistical, how = _statistical(graph, fs, r, rule, seed)
     rhs = r.rhs.est + r.sink[0]
-    diff = (r.lhs.est - rhs).abs()
-    tol = statistical + EXACT_RTOL * (1 + r.lhs.mass + r.rhs.mass + r.sink[2])
-    passed, undecided, power, k = verdict(diff, tol, statistical, torch.maximum(r.lhs.est.abs(), rhs.abs()))
+    diff = (r.lhs.est - rhs).abs().flatten()
+    mass = (r.lhs.mass + r.rhs.mass + r.sink[2]).flatten()
+    tol = statistical.flatten() + EXACT_RTOL * (1 + mass)
+    size = torch.maximum(r.lhs.est.abs(), rhs.abs()).flatten()
+    passed, undecided, power, k = verdict(diff, tol, statistical.flatten(), size, mass > 0)
+    classes = int((mass.reshape(n_functions, -1) > 0).any(0).sum())
     if passed:
-        detail = f"max |lhs - rhs| over {n_functions} test functions ({how}; median tolerance / |integral| {power:.2g})"
+        detail = f"max |lhs - rhs| over {n_functions} test functions x {classes} classes of pairs ({how}; median tolerance / |integral| {power:.2g})"
     elif undecided:
         detail = f"{UNDECIDED}; {_lacking(graph, rule, power, method)} (median tolerance / |integral| {power:.2g} > {POWER:g}; {how})"
     else:
-        detail = _located(r, k)
+        detail = _located(r, *divmod(k, len(PAIR_CLASSES)))
     return CheckResult(CONDITIONS["reversibility"], float(diff[k]), float(tol[k]), passed, detail, undecided)

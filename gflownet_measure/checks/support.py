@@ -24,7 +24,7 @@ from ..kernels import Kernel
 from ..measures import Atoms, Measure
 from ..roundoff import ATOM_ULPS, ROUNDOFF_ULPS, ulps_from
 from ..sampled import SampledMeasure
-from .integration import broadcast, draw_on, nu_states, terminal_states
+from .integration import STATE_BUDGET, broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
 __all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
@@ -141,8 +141,9 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
     keep = ~mv.sink
     origin, x, comp = mv.origin[keep], mv.x[keep], mv.component[keep]
     o = s[origin]
-    rev = reverse(x) if len(x) else None
-    back = _holds(rev, o) if rev is not None else torch.ones(0, dtype=torch.bool)
+    # the reverse kernel at every move, in chunks of at most STATE_BUDGET numbers (at d = 20, 20,000 moves of 191 atoms: 12 GB at once)
+    chunk = max(1, STATE_BUDGET // max(1, reverse(x[:1]).atoms.count * x.shape[1])) if len(x) else 1
+    back = torch.cat([torch.ones(0, dtype=torch.bool)] + [_holds(reverse(x[i : i + chunk]), o[i : i + chunk]) for i in range(0, len(x), chunk)])
     held, written = _in_nu(graph, x) if len(x) else (torch.ones(0, dtype=torch.bool),) * 2
     k, rk = ("kappa", "kappa_b") if forward else ("kappa_b", "kappa")
     side, other = ("forward", "backward") if forward else ("backward", "forward")
@@ -152,7 +153,7 @@ def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel,
         return f"{k}({s_}, .) {component_name(measure, int(comp[i]))} moves {s_}={o[i].tolist()} to {x_}={x[i].tolist()}"
 
     def not_reversible(i: int, bad: int, total: int) -> str:
-        ulps = _ulps_to_atoms(rev, i, o[i]) if rev is not None else math.inf
+        ulps = _ulps_to_atoms(reverse(x[i : i + 1]), 0, o[i])
         if ulps <= ROUNDOFF_ULPS:
             hint = _HINT_ROUNDOFF.format(s=s_, rk=rk, x=x_, ulps=ulps, tol=ATOM_ULPS, k=k)
         else:

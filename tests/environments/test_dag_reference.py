@@ -1,5 +1,5 @@
 """The reference measures of the DAG x Theta space without enumeration (``environments/dag_params/reference.py``): the
-order-based importance rule over DAGs, the acyclicity test, and the sampled nu and terminal measure against the enumerated
+importance rule over DAGs (exact draws by edge weight, ``weighted_dags.py``), the acyclicity test, and the sampled nu and terminal measure against the enumerated
 ones at d = 3 (Lahlou et al. 2023, Definition 1; Deleu et al. 2023).
 
 Every stochastic comparison is seeded, so the tests are deterministic; the stated tolerances (4 standard errors of the
@@ -15,9 +15,10 @@ import torch
 from environments.dag_params.bayesnet import LinearGaussian
 from environments.dag_params.dags import dag_codes, enumerate_dags, transitive_closure
 from environments.dag_params.dags import is_dag
-from environments.dag_params.reference import PROPOSAL_SCALE, draw_dags, sampled_measures
+from environments.dag_params.reference import BLOCK_THETAS, PROPOSAL_SCALE, draw_dags, sampled_measures
 from environments.dag_params.space import ThetaChart, enumerated_measures, make_space
 from environments.dag_params.states import join, split
+from gflownet_measure.checks import integrate
 from gflownet_measure.sampled import SampledMeasure
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -153,11 +154,10 @@ def _test_function(d: int, P: int, active, gen: torch.Generator):
 
 
 def _sampled_integral(measure: SampledMeasure, f, M: int, seed: int) -> tuple[float, float]:
-    """:math:`\\sum_m w_m f(x_m)` over ``M`` draws and its standard error (the sample spread of the i.i.d. terms ``M w_m f(x_m)``)."""
+    """:math:`\\sum_m w_m f(x_m)` over the draws of ``M`` and its standard error (that of the i.i.d. blocks of draws, :func:`integrate`)."""
     wp = measure.weighted_points(M, torch.Generator().manual_seed(seed))
-    x, log_w, mask = wp.x[0], wp.log_w[0], wp.mask[0]
-    terms = torch.where(mask, log_w.exp() * f(x), 0.0) * M
-    return float(terms.mean()), float(terms.std()) / math.sqrt(M)
+    (est,), (var,) = integrate(wp, f(wp.x[0])[None])
+    return float(est), float(var) ** 0.5
 
 
 def _quadrature_integral(measure, f, n: int) -> float:
@@ -193,24 +193,24 @@ def test_sampled_measures_integrate_like_the_enumerated_ones(max_parents):
 
 
 def test_sampled_draws_are_states_of_the_space():
-    """The draws of the sampled nu are DAGs within ``max_parents`` (or carry weight 0), half of them intermediate with
-    theta = 0, the terminal ones with theta on Theta_G only; the terminal measure draws terminal states only; every
+    """The draws of the sampled nu are DAGs within ``max_parents`` (or carry weight 0), one in 2 + BLOCK_THETAS of them
+    intermediate with theta = 0, the terminal ones with theta on Theta_G only; the terminal measure draws terminal states only; every
     draw of positive weight is ``contains``-ed, and those of weight 0 (over ``max_parents``) are not."""
     d = 4
     model = _linear(d)
     P = model.n_params
     nu, terminal = sampled_measures(d, P, model.active, max_parents=1)
-    x, sink, log_w = nu.drawn(4000, torch.Generator().manual_seed(1))
+    x, sink, log_w, _ = nu.drawn(4000, torch.Generator().manual_seed(1))
     adj, theta, stopped = split(x, d)
-    assert x.shape == (4000, d * d + P + 1) and not sink.any() and is_dag(adj).all()
-    assert 0.45 < stopped.double().mean() < 0.55  # binomial(4000, 1/2): 0.05 is over 6 standard errors
+    assert x.shape == (4000 * (2 + BLOCK_THETAS), d * d + P + 1) and not sink.any() and is_dag(adj).all()
+    assert stopped.double().mean() == 1 - 1 / (2 + BLOCK_THETAS)  # each block: (G, #), BLOCK_THETAS (G, theta), one more terminal state
     assert (theta[~stopped] == 0).all() and (theta[~model.active(adj)] == 0).all()
     assert (theta[stopped][model.active(adj[stopped])] != 0).all()
     within = (adj.sum(1) <= 1).all(1)
     assert torch.equal(log_w > -math.inf, within) and (~within).any()
     assert torch.equal(nu.contains(x), within)
     assert torch.equal(nu.states(4000, torch.Generator().manual_seed(1)), x[within])
-    xt, _, log_wt = terminal.drawn(1000, torch.Generator().manual_seed(2))
+    xt, _, log_wt, _ = terminal.drawn(1000, torch.Generator().manual_seed(2))
     assert (xt[:, -1] == 1).all() and torch.equal(terminal.contains(xt), log_wt > -math.inf)
     assert not terminal.contains(x[~stopped & within]).any() and nu.contains(x[~stopped & within]).all()
 

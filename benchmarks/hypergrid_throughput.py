@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from environments import hypergrid as env
+from gflownet_measure.environments import hypergrid as env
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, objective_names
 from gflownet_measure.rollout import sample_forward

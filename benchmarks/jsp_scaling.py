@@ -4,7 +4,7 @@ usage: PYTHONPATH=. python benchmarks/jsp_scaling.py [--dims 5,10,20] [--models 
            [--theta-samples 16,4] [--updates 5] [--warmup 2] [--mb-updates 3] [--paths-dim 20] [--paths-models lingauss-diag,mlp]
            [--threads 1] [--quick] [--out benchmarks/results/jsp_scaling.json]
 
-One update is built as ``experiments/jsp_gfn.py`` builds it: ``DagParamsConfig(d, model, edges_per_node=2)``,
+One update is built as ``gflownet_measure/experiments/jsp_gfn.py`` builds it: ``DagParamsConfig(d, model, edges_per_node=2)``,
 ``make_problem``, ``make_graph``, ``make_policies``; a replay buffer of edge transitions filled by
 ``Walkers(graph, 8)`` (uniform moves until it holds 2 B transitions); then, per update, one ``walkers.step(pf, 0.1)``
 into the replay, B replayed transitions, ``UNDIRECTED_SUBTB`` with S fresh theta samples at both ends (delta 1, no
@@ -14,7 +14,7 @@ Three tables:
 
 * scaling: d x model x S on the simulated data of a run (N = ``--n-data`` rows, the full-data reward);
 * mini-batch rewards: at d = 11 (Sachs' size) on N = 7,466 simulated rows, the full-data reward against the estimate of
-  eq. 13 on M = 100 fresh rows per update (``experiments.jsp_gfn._log_reward``), for lingauss-diag, mlp and
+  eq. 13 on M = 100 fresh rows per update (``gflownet_measure.experiments.jsp_gfn._log_reward``), for lingauss-diag, mlp and
   categorical-mlp (the data of ``simulate_er`` cut at each column's tertiles into states 0, 1, 2, read from a CSV).
   S is ``--mb-theta-samples`` (4): the MLP models hold ``S * B * M * d * H`` doubles per hidden layer, 3.4 GB for the
   full data at S = 16; a configuration whose estimated peak exceeds ``--max-gb`` is reported as skipped.
@@ -80,7 +80,7 @@ def _categorical_csv(d: int, n: int, seed: int, folder: Path) -> Path:
     """Integer data of Sachs' kind: ``simulate_er`` rows cut at each column's tertiles into states 0, 1, 2, as a CSV."""
     import numpy as np
 
-    from environments.dag_params.bayesnet import simulate_er
+    from gflownet_measure.environments.dag_params.bayesnet import simulate_er
 
     x = simulate_er(d, 2.0, n, 0, seed=seed).train.numpy()
     cuts = np.quantile(x, [1 / 3, 2 / 3], axis=0)  # [2, d]
@@ -100,10 +100,10 @@ def measure(spec: dict) -> dict:
 
     import torch
 
-    from environments import dag_params as env
-    from environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
-    from environments.dag_params.states import join, split
     from gflownet_measure.buffers import TransitionBuffer
+    from gflownet_measure.environments import dag_params as env
+    from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
+    from gflownet_measure.environments.dag_params.states import join, split
     from gflownet_measure.kernels import Materialised
     from gflownet_measure.objectives import GFlowNet
     from gflownet_measure.training import make_optimizer
@@ -128,7 +128,7 @@ def measure(spec: dict) -> dict:
     walkers = Walkers(graph, 8)
     optimizer = make_optimizer(pf, 1e-4, lr_logZ=1e-4)
 
-    def collect(epsilon: float) -> None:  # experiments/jsp_gfn.py, run.collect
+    def collect(epsilon: float) -> None:  # gflownet_measure/experiments/jsp_gfn.py, run.collect
         s, x, sink = walkers.step(pf, epsilon)
         adj, _, _ = split(s, d)
         adj_next, _, stopped = split(x, d)
@@ -141,7 +141,7 @@ def measure(spec: dict) -> dict:
         collect(1.0)
     setup_s = time.perf_counter() - t0
 
-    def log_reward():  # experiments/jsp_gfn.py, _log_reward
+    def log_reward():  # gflownet_measure/experiments/jsp_gfn.py, _log_reward
         rows = torch.randperm(model.n)[:M] if 0 < M < model.n else None
         return lambda adj, theta: model.log_reward(adj, theta.double(), rows)
 

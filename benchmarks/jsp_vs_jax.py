@@ -168,7 +168,7 @@ def _write_data(d: int, model: str, n: int, seed: int, folder: Path) -> tuple[Pa
     """A run's training rows (``make_problem``) as ``.npy``, and the noise standard deviation of its Gaussian CPDs."""
     import numpy as np
 
-    from environments import dag_params as env
+    from gflownet_measure.environments import dag_params as env
 
     cfg = env.DagParamsConfig(d=d, model=model, edges_per_node=2, n_data=n, data_seed=seed)
     path = folder / "train.npy"

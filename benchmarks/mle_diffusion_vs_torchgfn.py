@@ -4,7 +4,7 @@ per step and the held-out NLL bounds.
 usage: python benchmarks/mle_diffusion_vs_torchgfn.py [--iterations 1000 | --quick] [--seed 0] [--samples 16]
        [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
 
-The data (both sides): the ``ring`` set of :mod:`environments.diffusion_data` (8 Gaussians of standard deviation 0.1
+The data (both sides): the ``ring`` set of :mod:`gflownet_measure.environments.diffusion_data` (8 Gaussians of standard deviation 0.1
 on a circle of radius 2; 20,000 training and 5,000 held-out points drawn once), loaded by the parent and handed to
 both children; batches of 256 training points drawn uniformly with replacement; T = 100 steps; a PIS-style denoiser
 of width 64; Adam at lr 3e-3, constant; the same number of steps; one torch thread each. The held-out NLL (nats per
@@ -19,7 +19,7 @@ back with P_B (the Brownian bridge pinned at 0 at t = 0, plus P_B's learned corr
 to the graph) and returns -mean sum_t log P_F: no -log P_B term. With a fixed P_B that term is a constant, so its
 gradient is the bound's, the same work as ours. With a learned P_B it is neither the bound nor MLE-GFN: the
 corrections are pushed, by reparametrisation, to raise log P_F alone (not exercised here). Ours
-(``experiments.mle_diffusion``) trains P_F on -(log P_F - sg(log P_B)) and a learned P_B either by the same bound,
+(``gflownet_measure.experiments.mle_diffusion``) trains P_F on -(log P_F - sg(log P_B)) and a learned P_B either by the same bound,
 path-wise (``backward_rule=elbo``), or by MLE-GFN's trajectory-balance consistency Var_k[sg(log P_F(tau_k)) - log
 P_B(tau_k | x)] (``tbc``, Zhang et al. 2023a eq. 33; Lahlou et al. 2023 section 4.5).
 
@@ -58,7 +58,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from peer import Turns, one_thread, parser, run_sides, timed
 
 T = 100  # diffusion steps on both sides
@@ -146,17 +145,17 @@ def _train_torchgfn(a, turns: Turns) -> dict:
 
 def _ours_config(iterations: int) -> dict:
     """Our settings: the ``quick`` preset of ``mle-diffusion`` on the ring at T = 100 with a fixed (DDPM) P_B."""
-    from experiments import mle_diffusion
-    from experiments.settings import resolve
+    from gflownet_measure.experiments import mle_diffusion
+    from gflownet_measure.experiments.settings import resolve
 
     shared = {"data": "ring", "n_steps": T, "hidden": WIDTH, "batch_size": BATCH, "lr": LR, "lr_milestone": 0, "steps": iterations, "learn_backward": False}
     return resolve(mle_diffusion.SETTINGS, mle_diffusion.PRESETS["quick"], shared)
 
 
 def _train_ours(a, turns: Turns) -> dict:
-    """Our diffusion GFlowNet: ``experiments.mle_diffusion``'s graph, objective and batches, the library's optimiser."""
-    from environments.diffusion_data import load_data
-    from experiments import mle_diffusion
+    """Our diffusion GFlowNet: ``gflownet_measure.experiments.mle_diffusion``'s graph, objective and batches, the library's optimiser."""
+    from gflownet_measure.environments.diffusion_data import load_data
+    from gflownet_measure.experiments import mle_diffusion
     from gflownet_measure.likelihood import log_likelihood_bounds
     from gflownet_measure.training import make_optimizer, seed_everything
 
@@ -207,7 +206,7 @@ def main() -> None:
         return
 
     torch.set_num_threads(1)
-    from environments.diffusion_data import load_data
+    from gflownet_measure.environments.diffusion_data import load_data
 
     data = load_data("ring")
     print(f"8-Gaussian ring, T = {T}, width {WIDTH}, batch {BATCH}, lr {LR}, {a.iterations} steps, seed {a.seed}, "

@@ -20,7 +20,7 @@ thread. The seconds per iteration are timed the same way for both: ``time.perf_c
 whole training iteration (sample a batch, loss, backward, clip, optimiser and scheduler step), nothing
 else. After training each side draws ``--samples`` terminal states from its sampler, and the parent
 scores both sets with OUR metric code (:mod:`gflownet_measure.metrics` through
-``experiments.quarter_disc.Reference``): JSD on the 100 x 100 grid between the exponential-kernel KDE
+``gflownet_measure.experiments.quarter_disc.Reference``): JSD on the 100 x 100 grid between the exponential-kernel KDE
 (bandwidth 0.1) of the samples and (a) the exact normalised reward, (b) the KDE of as many rejection
 samples from R (bound 2.6); and the level TV (the samples' mass on the reward's levels 0.1 / 0.6 / 2.6 against the
 exact masses). Figures are printed, never asserted; the ratios ours / torchgfn are measured
@@ -48,7 +48,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from peer import Turns, one_thread, parser, run_sides, timed
 
 RHO = 0.25
@@ -62,9 +61,9 @@ LR, LR_LOGZ, MILESTONE, GAMMA = 1e-3, 1e-3, 2500, 0.5
 
 def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
     """Our quarter disc: the library's graph, policies, TB objective, optimiser, schedule and Trainer step."""
-    from environments import quarter_disc as env
-    from experiments.common import make_scheduler
-    from experiments.training_config import TrainingConfig
+    from gflownet_measure.environments import quarter_disc as env
+    from gflownet_measure.experiments.common import make_scheduler
+    from gflownet_measure.experiments.training_config import TrainingConfig
     from gflownet_measure.objectives import OBJECTIVES, GFlowNet
     from gflownet_measure.rollout import sample_forward
     from gflownet_measure.training import make_optimizer, seed_everything
@@ -173,8 +172,8 @@ def main() -> None:
         _child(a)
         return
 
-    from environments import quarter_disc as env
-    from experiments.quarter_disc import Reference
+    from gflownet_measure.environments import quarter_disc as env
+    from gflownet_measure.experiments.quarter_disc import Reference
     from gflownet_measure.metrics import grid_jsd
 
     print(f"quarter disc vs torchgfn BoxPolar: rho={RHO}, TB, learned P_B (tied to the P_F torso), batch {BATCH}, {a.iterations} iterations, "

@@ -35,13 +35,13 @@ both figures (``gaussian_steps``, ``terminal_time``). This is the tutorial's T =
 tutorial's ``debug=__debug__`` gives outside ``python -O``; it adds a check per step, whose cost we
 could not tell from noise over 200 iterations).
 
-Ours is the library's SDE sampler (:mod:`environments.sde`), built and stepped by ``experiments.sde``:
-the settings ``experiments.sde.SETTINGS`` at their defaults, validated by
-:func:`experiments.settings.resolve`, with target ``gmm9``, ``n_steps`` 32, ``batch_size`` 200,
+Ours is the library's SDE sampler (:mod:`gflownet_measure.environments.sde`), built and stepped by ``gflownet_measure.experiments.sde``:
+the settings ``gflownet_measure.experiments.sde.SETTINGS`` at their defaults, validated by
+:func:`gflownet_measure.experiments.settings.resolve`, with target ``gmm9``, ``n_steps`` 32, ``batch_size`` 200,
 ``objective`` tb, ``regime`` on (no exploration noise), ``steps`` = the iterations, and, set explicitly to
 the tutorial's values (they are also our defaults): ``sigma`` 5, ``hidden`` 64, ``learned_variance`` and
 ``langevin`` off, ``lr`` 1e-3, ``lr_logZ`` 1e-1, ``lr_milestone`` 0 (constant learning rates);
-``experiments.sde.make_gflownet(cfg) -> (graph, gfn)`` (``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
+``gflownet_measure.experiments.sde.make_gflownet(cfg) -> (graph, gfn)`` (``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
 ``BrownianBridge`` P_B, log Z = 0); :func:`gflownet_measure.training.make_optimizer` (Adam, ``lr`` for the
 policy, ``lr_logZ`` for log Z); and each iteration ``loss = objective(gfn, make_batches(gfn, graph, cfg)(k))``, ``zero_grad``,
 ``backward``, global gradient-norm clip at ``grad_clip`` (10, our default), ``optimizer.step()`` (the
@@ -74,9 +74,9 @@ sum log P_F per trajectory and the terminal x: torchgfn through ``Sampler.sample
 ``gfn.utils.prob_calculations.get_trajectory_pfs_and_pbs`` as its tutorial's
 ``evaluate_density_metrics`` does (its ``DiffusionSampling.density_metrics`` gives ``elbo`` and
 ``iw_elbo``, the same two bounds, reported as a cross-check), ours through
-``experiments.sde.evaluate_bounds(gfn, graph, K)``. The bounds are B = mean of log w (the ELBO) and
+``gflownet_measure.experiments.sde.evaluate_bounds(gfn, graph, K)``. The bounds are B = mean of log w (the ELBO) and
 B_RW = log-mean-exp of log w (the importance-weighted bound); both are <= log Z = 0 in expectation. The
-parent counts, with the same code for both sides (``environments.sde_targets.TARGETS["gmm9"].mode_counts``,
+parent counts, with the same code for both sides (``gflownet_measure.environments.sde_targets.TARGETS["gmm9"].mode_counts``,
 cross-checked against this file's own rule), the samples in each mode: x is in mode m if
 |x - mu_m|_2 < 3 sqrt(0.3). An exact sampler puts about K (1 - e^{-4.5}) / 9 ~ 220 samples in each mode
 and K e^{-4.5} ~ 22 outside every disc (the chi^2_2 tail at 9). Figures are printed (and one JSON line starting
@@ -105,7 +105,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from peer import Turns, one_thread, parser, run_sides, timed
 
 T = 32  # time steps (torchgfn's num_discretization_steps, our n_steps)
@@ -211,9 +210,9 @@ def _train_torchgfn(a, turns: Turns) -> dict:
 
 
 def _ours_config(iterations: int) -> dict:
-    """Our settings: the defaults of experiments.sde.SETTINGS with the shared problem and budget."""
-    from experiments import sde
-    from experiments.settings import resolve
+    """Our settings: the defaults of gflownet_measure.experiments.sde.SETTINGS with the shared problem and budget."""
+    from gflownet_measure.experiments import sde
+    from gflownet_measure.experiments.settings import resolve
 
     shared = {"target": "gmm9", "n_steps": T, "batch_size": BATCH, "steps": iterations, "objective": "tb", "regime": "on"}
     as_tutorial = {"sigma": TGFN_SIGMA, "hidden": TGFN_NET["hidden_dim"], "learned_variance": False, "langevin": False, "lr": TGFN_LR, "lr_logZ": TGFN_LR_LOGZ, "lr_milestone": 0}
@@ -221,8 +220,8 @@ def _ours_config(iterations: int) -> dict:
 
 
 def _train_ours(a, turns: Turns) -> dict:
-    """Our SDE sampler: experiments.sde.make_gflownet / make_batches / evaluate_bounds and the library's optimiser."""
-    from experiments import sde
+    """Our SDE sampler: gflownet_measure.experiments.sde.make_gflownet / make_batches / evaluate_bounds and the library's optimiser."""
+    from gflownet_measure.experiments import sde
     from gflownet_measure.objectives import OBJECTIVES
     from gflownet_measure.training import make_optimizer, seed_everything
 
@@ -292,7 +291,7 @@ def main() -> None:
         return
 
     torch.set_num_threads(1)
-    from environments.sde_targets import TARGETS
+    from gflownet_measure.environments.sde_targets import TARGETS
 
     cfg = _ours_config(a.iterations)
     print(f"2-D 9-Gaussian grid (means {{-5,0,5}}^2, variance {MODE_VAR}, log Z = 0): ours vs torchgfn diffusion sampler, TB with learned log Z, "

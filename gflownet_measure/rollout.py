@@ -125,7 +125,7 @@ def _unrecorded(walk):
 
     Inference mode made a quarter-disc training iteration 6% faster than ``no_grad`` (interleaved in one process, one
     thread). A policy that needs gradients inside its own evaluation takes them under ``torch.inference_mode(False)``
-    on a copy of its input (PIS-NN's :math:`\\nabla \\log R` drift term, :class:`environments.sde.EulerMaruyamaPolicy` with ``langevin``).
+    on a copy of its input (PIS-NN's :math:`\\nabla \\log R` drift term, :class:`gflownet_measure.environments.sde.EulerMaruyamaPolicy` with ``langevin``).
     """
 
     def copies(v):

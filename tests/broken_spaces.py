@@ -25,14 +25,14 @@ import torch
 from torch import Tensor
 from torch.distributions import Distribution
 
-from environments import ENVIRONMENTS
+from gflownet_measure.charts import AffineChart, Chart, WithoutJacobian
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.environments import ENVIRONMENTS
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.heads import BetaHead, VonMisesHead
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, counting, dirac, sum_measures
 from gflownet_measure.networks import MLPPolicy
-from gflownet_measure.charts import AffineChart, Chart, WithoutJacobian
 
 SEED = 0
 TWO_PI = 2 * math.pi

@@ -31,6 +31,9 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import counting
 
+APPLICATIONS = ("gflownet_measure.environments", "gflownet_measure.experiments", "gflownet_measure.baselines")
+"""The subpackages built on the core (environments, experiments, baselines): ``import gflownet_measure`` loads none of them."""
+
 CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_run_dir.py"
 
 
@@ -66,7 +69,7 @@ def one_thread():
 def random_jsp_policies(cfg, seed: int = 0):
     """``(problem, graph, P_F, P_B)`` of the DAG space ``cfg`` (a ``DagParamsConfig``) with every network weight of P_F
     drawn N(0, 0.3^2) from ``seed``: the zero-initialised heads randomised, so that a test sees the network."""
-    from environments import dag_params as dp
+    from gflownet_measure.environments import dag_params as dp
 
     problem = dp.make_problem(cfg)
     graph = dp.make_graph(cfg, problem)

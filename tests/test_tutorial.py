@@ -88,7 +88,7 @@ def test_the_objectives_guide_registers_and_trains_its_own_objective():
 
 
 def test_the_objectives_guide_lists_every_registered_objective():
-    import environments  # noqa: F401  (registers JSP-GFN's objective)
+    import gflownet_measure.environments  # noqa: F401  (registers JSP-GFN's objective)
     from gflownet_measure.objectives import OBJECTIVES
 
     listed = set(re.findall(r"^\| `(\w+)` \|", OBJECTIVES_DOC.read_text(encoding="utf-8"), re.M))

@@ -41,7 +41,7 @@ Its step is then bisected :data:`BISECTIONS` times, following the half whose cha
 jump as much as before. It is a jump when that departure is still at least half the candidate's and above the floor
 :math:`\\epsilon (1 + |f|)`. A jump across which a level function of its kernel's
 :meth:`~gflownet_measure.kernels.Kernel.boundaries` (a policy's: its own kernel's) changes sign, or is 0, is *declared*:
-counted in the detail, not a failure (the quarter disc's forced exit and first disc, :mod:`environments.quarter_disc`).
+counted in the detail, not a failure (the quarter disc's forced exit and first disc, :mod:`gflownet_measure.environments.quarter_disc`).
 Jumps are counted once per step of a segment, however many profiles jump there.
 
 **Power.** A jump along a hyperplane through a piece is crossed by a segment with probability about

@@ -1,4 +1,4 @@
-"""BCD Nets (``baselines.bcd``, ``baselines.permutations``): its pieces against closed forms, and its edge marginals
+"""BCD Nets (``gflownet_measure.baselines.bcd``, ``gflownet_measure.baselines.permutations``): its pieces against closed forms, and its edge marginals
 against the exact posterior of a d = 3 linear-Gaussian problem.
 
 Problem: ``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``, the full DAG 0 -> 1 (0.55), 2 -> 0 (-0.58),
@@ -7,7 +7,7 @@ enumerating its 25 DAGs gives edge marginals 0.94 (0 -> 1), 0.058 (1 -> 0), 1.00
 0.001 elsewhere. Every weight clears BCD Nets' threshold of 0.3, so its graphs can reach this posterior.
 
 What BCD Nets should get right, and what not: it is a variational method with its own priors (module docstring of
-``baselines.bcd``), fitted by reverse KL, which seeks a mode: the point mass on the MAP DAG (0 -> 1, 2 -> 0, 2 -> 1)
+``gflownet_measure.baselines.bcd``), fitted by reverse KL, which seeks a mode: the point mass on the MAP DAG (0 -> 1, 2 -> 0, 2 -> 1)
 already scores edge RMSE 0.034 (it misses the 6% of 1 -> 0), and that is about what it reaches (0.033 measured, its
 marginals 0.998 / 0.992 / 0.999 on those edges). So the checks are (1) every pair adjacent in more than half of its
 samples exactly where the exact skeleton marginal exceeds 0.99 (the MAP skeleton), (2) each adjacent pair oriented as
@@ -25,13 +25,13 @@ import torch
 from scipy.integrate import quad
 from scipy.special import exp1
 
-from baselines.bcd import bcd_nets, horseshoe_log_prob, horseshoe_scale
-from baselines.permutations import all_permutations, gumbel_permutations, hungarian, log_permanent, sinkhorn
-from baselines.structure import STRUCTURE_BASELINES, available, load
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.dags import is_dag
-from environments.dag_params.exact import ExactPosterior
-from environments.dag_params.metrics import feature_metrics
+from gflownet_measure.baselines.bcd import bcd_nets, horseshoe_log_prob, horseshoe_scale
+from gflownet_measure.baselines.permutations import all_permutations, gumbel_permutations, hungarian, log_permanent, sinkhorn
+from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.environments.dag_params.exact import ExactPosterior
+from gflownet_measure.environments.dag_params.metrics import feature_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

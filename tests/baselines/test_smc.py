@@ -1,4 +1,4 @@
-"""Annealed SMC and AIS (``baselines.smc``) on targets with known :math:`\\log Z`.
+"""Annealed SMC and AIS (``gflownet_measure.baselines.smc``) on targets with known :math:`\\log Z`.
 
 Tolerances are statistical, from ``R`` seeded replicates: :math:`\\hat Z` is (for fixed kernels)
 unbiased, so :math:`\\log \\hat Z` has mean :math:`\\log Z - \\sigma^2/2 + O(\\sigma^4)` by the delta method
@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from baselines.smc import SMCResult, annealed_smc
+from gflownet_measure.baselines.smc import SMCResult, annealed_smc
 
 R = 8  # replicates per configuration
 

@@ -1,4 +1,4 @@
-"""The structure-learning baselines (``baselines.bootstrap``, ``baselines.dibs``) and their registry (``baselines.structure``).
+"""The structure-learning baselines (``gflownet_measure.baselines.bootstrap``, ``gflownet_measure.baselines.dibs``) and their registry (``gflownet_measure.baselines.structure``).
 
 Problem: ``simulate_er(d=5, edges_per_node=1, n_train=500, seed=0)``, 4 edges with :math:`|\\theta| \\ge 0.31` and
 noise std 0.1, so every true edge has a partial correlation far beyond any test's threshold at N = 500 and is found
@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from environments.dag_params.dags import is_dag
-from baselines.structure import STRUCTURE_BASELINES, available, load
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.dags import is_dag
 
 B = 20  # bootstrap resamples per run (about 0.5 s for GES, 0.25 s for PC at d = 5, N = 500)
 
@@ -50,7 +50,7 @@ def test_registry_rejects_an_unknown_name():
 
 
 def test_importing_the_registry_imports_no_baseline_package():
-    code = "import sys, baselines, baselines.structure; print(any(m in sys.modules for m in ('causallearn', 'dibs', 'jax')))"
+    code = "import sys, gflownet_measure.baselines.structure; print(any(m in sys.modules for m in ('causallearn', 'dibs', 'jax')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -80,7 +80,7 @@ def test_bootstrap_recovers_the_skeleton(problem, name):
 
 def test_bootstrap_rejects_a_model_that_is_not_linear(problem):
     pytest.importorskip("causallearn")
-    from baselines.bootstrap import bootstrap_ges
+    from gflownet_measure.baselines.bootstrap import bootstrap_ges
     with pytest.raises(ValueError, match="model must be a LinearGaussian"):
         bootstrap_ges(object(), n_samples=1)
 
@@ -99,7 +99,7 @@ def _pdag(d: int, directed=(), undirected=()) -> np.ndarray:
 def extensions():
     """``extensions(pdag, n)``: the set of edge lists of ``n`` seeded :func:`random_extension` draws, each checked acyclic with the PDAG's skeleton."""
     pytest.importorskip("causallearn")
-    from baselines.bootstrap import random_extension
+    from gflownet_measure.baselines.bootstrap import random_extension
 
     def draw(pdag: np.ndarray, n: int) -> set[tuple]:
         rng = np.random.default_rng(0)
@@ -134,7 +134,7 @@ def test_dibs_weight_orientation_on_two_nodes():
     import jax.numpy as jnp
     from dibs.models import LinearGaussian as DibsLinearGaussian
 
-    from baselines.dibs import flat_thetas
+    from gflownet_measure.baselines.dibs import flat_thetas
 
     rng = np.random.default_rng(0)
     x0 = rng.normal(size=50)
@@ -162,7 +162,7 @@ def test_dibs_returns_acyclic_graphs(problem):
 
 def test_dibs_rejects_bad_arguments(problem):
     pytest.importorskip("dibs")
-    from baselines.dibs import joint_dibs
+    from gflownet_measure.baselines.dibs import joint_dibs
     _, model = problem
     with pytest.raises(ValueError, match="the linear model needs a LinearGaussian"):
         joint_dibs(object())

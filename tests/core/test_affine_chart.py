@@ -22,12 +22,12 @@ import math
 
 import pytest
 import torch
-from conftest import HYPOTHESIS
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gflownet_measure.measures import Box
+from conftest import HYPOTHESIS
 from gflownet_measure.charts import AffineChart
+from gflownet_measure.measures import Box
 
 PERIODS = (1.0, 2 * math.pi)
 N = 8  # points per example; rows 0 and 1 are the box's corners l and h

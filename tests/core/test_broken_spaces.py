@@ -22,10 +22,10 @@ import inspect
 import math
 from typing import Callable, NamedTuple
 
+import broken_spaces as bs
 import pytest
 import torch
 
-import broken_spaces as bs
 from gflownet_measure.checks import check_graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")

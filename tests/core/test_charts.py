@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import gflownet_measure
+from conftest import APPLICATIONS
 from gflownet_measure.charts import AffineChart, ArcChart, Chart, PolarChart, WithoutJacobian
 from gflownet_measure.measures import Box
 
@@ -61,16 +62,21 @@ ALL = {f"{cls.__name__}-{name}": factory for cls, factories in CASES.items() for
 
 
 def core_chart_classes() -> set[type]:
-    """Every concrete ``Chart`` subclass defined in a module of ``gflownet_measure`` (all its modules imported first)."""
+    """Every concrete ``Chart`` subclass defined in a module of the core (``gflownet_measure`` less the subpackages of
+    :data:`conftest.APPLICATIONS`, whose optional dependencies may be missing; all the core's modules imported first)."""
+    def core(module: str) -> bool:
+        return module.split(".")[0] == "gflownet_measure" and not module.startswith(APPLICATIONS)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the deprecated aliases (transforms, policies) warn on import
-        for info in pkgutil.walk_packages(gflownet_measure.__path__, "gflownet_measure."):
-            importlib.import_module(info.name)
+        for info in pkgutil.walk_packages(gflownet_measure.__path__, "gflownet_measure.", onerror=lambda name: None):
+            if core(info.name):
+                importlib.import_module(info.name)
     found, todo = set(), [Chart]
     while todo:
         for sub in todo.pop().__subclasses__():
             todo.append(sub)
-            if sub.__module__.split(".")[0] == "gflownet_measure" and not inspect.isabstract(sub):
+            if core(sub.__module__) and not inspect.isabstract(sub):
                 found.add(sub)
     return found
 

@@ -19,16 +19,16 @@ import math
 
 import pytest
 import torch
-
 from broken_spaces import environment
+
 from conftest import build_graph, random_dag_spec
+from gflownet_measure.charts import AffineChart, Chart, WithoutJacobian
 from gflownet_measure.checks import POWER, check_graph
 from gflownet_measure.checks.results import verdict
 from gflownet_measure.densities import Policy, UniformPolicy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
-from gflownet_measure.charts import AffineChart, Chart, WithoutJacobian
 
 TWO_PI = 2 * math.pi
 D = 2
@@ -120,8 +120,8 @@ SHIPPED = [("hypergrid", {"height": 4, "ndim": 2}), ("quarter-disc", {"rho": 0.2
 def test_the_new_checks_pass_on_the_shipped_environments(name, settings, one_thread):
     """Supports, charts and encodings on every registered environment (64 states per piece, seeded); eq. 4 decides by
     quadrature wherever every piece has at most three coordinates, and is undecided on the 10-dimensional funnel."""
-    from environments import ENVIRONMENTS
-    from experiments.settings import build, resolve
+    from gflownet_measure.environments import ENVIRONMENTS
+    from gflownet_measure.experiments.settings import build, resolve
 
     spec = ENVIRONMENTS[name]
     graph = spec.make_graph(build(spec.config, resolve(spec.settings, settings)))

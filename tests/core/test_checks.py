@@ -16,9 +16,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import HYPOTHESIS, build_graph, dag_specs, random_dag_spec, row
-from environments import hypergrid
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import KernelDensity, UniformPolicy, uniform_density
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.kernels import FiniteKernel, Kernel
 from gflownet_measure.measures import Atoms, Measure
 
@@ -231,8 +231,8 @@ def test_pair_integrals_keep_to_the_budget_and_do_not_depend_on_it(monkeypatch):
     """DAG x Theta space, d = 3 (quadrature: deterministic nodes): with a budget of a few states' worth, no kernel
     batch that is integrated exceeds it (states differ in their number of pieces), every state is integrated once, and
     the integrals equal those of one chunk, to float64 round-off."""
-    from environments import dag_params
     from gflownet_measure.checks import integration, reversibility
+    from gflownet_measure.environments import dag_params
 
     graph = dag_params.make_graph(dag_params.DagParamsConfig(d=3))
     rule = integration.Rule("quadrature", 4)

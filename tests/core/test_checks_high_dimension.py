@@ -14,12 +14,12 @@ import pytest
 import torch
 from torch.distributions import Independent, Normal
 
+from gflownet_measure.charts import AffineChart
 from gflownet_measure.checks import check_normalised, check_reversibility
 from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel, atoms_measure
 from gflownet_measure.measures import Box, Piece, charted, counting, sum_measures
-from gflownet_measure.charts import AffineChart
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # thousands of coordinates: 1-3 s a test
 

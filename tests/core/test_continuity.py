@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import broken_spaces as bs
 import pytest
 import torch
 
-import broken_spaces as bs
-from environments.quarter_disc import QuarterDiscKernel
 from gflownet_measure.checks import CONDITIONS, check_continuity, check_graph
+from gflownet_measure.environments.quarter_disc import QuarterDiscKernel
 from gflownet_measure.kernels import Kernel, atoms_measure
 
 pytestmark = pytest.mark.usefixtures("one_thread")

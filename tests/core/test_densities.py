@@ -9,7 +9,7 @@ from gflownet_measure.densities import gumbel_max
 def test_the_density_of_a_draw_is_the_density_at_its_point():
     """``log_prob_at(point)`` at the drawn support point (no chart inverse) equals ``log_prob(x)`` (``point_of``, which
     inverts the charts) on a space with atoms and two kinds of charted pieces, with and without uniform exploration."""
-    from environments import quarter_disc
+    from gflownet_measure.environments import quarter_disc
     from gflownet_measure.rollout import sample_forward
 
     torch.manual_seed(0)

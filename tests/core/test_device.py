@@ -8,8 +8,8 @@ reordered float sums over a few hundred terms), and a TB loss backpropagates to 
 import pytest
 import torch
 
-from environments import ENVIRONMENTS
-from experiments.settings import build, resolve
+from gflownet_measure.environments import ENVIRONMENTS
+from gflownet_measure.experiments.settings import build, resolve
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import use_device
 from gflownet_measure.trajectories import Trajectories
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.device, pytest.mark.skipif(not torch.cuda.is_available
 
 
 # JSP-GFN's solver head runs its own solver on the GPU: Newton through the linear model's precision, CG through the MLP's
-# Gauss-Newton products (environments/dag_params/solver.py)
+# Gauss-Newton products (gflownet_measure/environments/dag_params/solver.py)
 VARIANTS = [(name, {}) for name in sorted(ENVIRONMENTS)] + [
     ("dag-params", {"theta_head": "solver", "lookahead": "on"}),
     ("dag-params", {"theta_head": "solver", "model": "mlp", "solver_steps": 3}),

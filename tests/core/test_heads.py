@@ -7,9 +7,21 @@ import pytest
 import torch
 from torch.distributions import Beta, Categorical, Independent, MixtureSameFamily, VonMises
 
-from gflownet_measure.heads import BetaHead, BetaMixture, BetaMixtureHead, ClampedBetaProduct, Rescaled, VonMisesHead, VonMisesMixture, VonMisesMixtureHead, WrappedVonMises, box_text, check_head
-from gflownet_measure.measures import Box
 from gflownet_measure.charts import AffineChart, WithoutJacobian
+from gflownet_measure.heads import (
+    BetaHead,
+    BetaMixture,
+    BetaMixtureHead,
+    ClampedBetaProduct,
+    Rescaled,
+    VonMisesHead,
+    VonMisesMixture,
+    VonMisesMixtureHead,
+    WrappedVonMises,
+    box_text,
+    check_head,
+)
+from gflownet_measure.measures import Box
 
 
 def test_beta_product_reparametrises_and_stays_off_the_edges():

@@ -14,7 +14,7 @@ import functools
 import pytest
 import torch
 
-from environments import ENVIRONMENTS, dag_params
+from gflownet_measure.environments import ENVIRONMENTS, dag_params
 from gflownet_measure.kernels import Kernel, Materialised
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.walkers import Walkers

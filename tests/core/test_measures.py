@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
+from gflownet_measure.charts import AffineChart, PolarChart
 from gflownet_measure.checks import integrate
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, counting, sum_measures
-from gflownet_measure.charts import AffineChart, PolarChart
 
 
 def test_quadrature_is_exact_on_polynomials():

@@ -5,14 +5,14 @@ import math
 import pytest
 import torch
 
-from environments import hypergrid
+from gflownet_measure.charts import AffineChart, ArcChart, PolarChart
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.heads import BetaHead, BetaMixtureHead, VonMisesHead
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
 from gflownet_measure.networks import MLPPolicy
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.training import make_optimizer
-from gflownet_measure.charts import AffineChart, ArcChart, PolarChart
 
 CFG = hypergrid.HypergridConfig(height=4)
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from environments import hypergrid
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.metrics import log_weights
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, Objective, get_objective, objective_names, register
@@ -82,7 +82,7 @@ def test_registering_needs_a_new_name_and_unknown_names_are_explained():
 
 
 def test_jsp_gfns_loss_is_registered_on_transitions():
-    import environments.dag_params.objective  # noqa: F401
+    import gflownet_measure.environments.dag_params.objective  # noqa: F401
 
     o = OBJECTIVES["undirected_subtb"]
     assert o.batch == "transitions" and o.log_Z is None and set(o.hyper) == {"theta_samples", "delta", "penalty"}

@@ -4,8 +4,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from environments import hypergrid
 from gflownet_measure.buffers import ReplayBuffer
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.rollout import log_densities, rollout, sample_backward, sample_forward, score
 
 

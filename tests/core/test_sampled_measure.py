@@ -14,15 +14,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import broken_spaces as bs
 import pytest
 import torch
-
-import broken_spaces as bs
-from environments import hypergrid
 from test_checks import Reweighted
-from gflownet_measure.checks import EXACT_RTOL, Z_SCORE, check_graph, integrate
+
+from gflownet_measure.checks import EXACT_RTOL, Z_SCORE, check_graph, integrate, reversibility
 from gflownet_measure.checks.integration import Rule, broadcast, nu_states, terminal_states
-from gflownet_measure.checks import reversibility
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.exact import enumerate_states
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.measures import Measure, Piece

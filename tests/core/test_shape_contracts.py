@@ -10,12 +10,12 @@ the object, what it returned and what is expected, and leave every other row *no
 import dataclasses
 import re
 
+import broken_spaces as bs
 import pytest
 import torch
 
-import broken_spaces as bs
 from gflownet_measure.charts import AffineChart
-from gflownet_measure.checks import CONDITIONS, NOT_RUN, check_graph, check_reachability
+from gflownet_measure.checks import CONDITIONS, NOT_RUN, check_graph
 from gflownet_measure.contracts import ContractError
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.heads import BetaHead
@@ -27,7 +27,7 @@ from gflownet_measure.objectives import OBJECTIVES, GFlowNet, get_objective
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 N = 16
-TRAINING = {"steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0}  # one update of 4 trajectories (experiments.training_config.TrainingConfig)
+TRAINING = {"steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0}  # one update of 4 trajectories (gflownet_measure.experiments.training_config.TrainingConfig)
 
 
 def column_reward(x):
@@ -108,8 +108,8 @@ def test_the_valid_hybrid_space_passes_the_shapes_row():
 def test_training_starts_by_probing_the_contracts(tmp_path):
     """A log-reward [B, 1] raises at the start of train_gflownet, before any update or checkpoint; and the first batch of
     a hand-written loop (docs/tutorial.md, section 8) raises too, in one line."""
-    from experiments.common import train_gflownet
-    from experiments.training_config import TrainingConfig
+    from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.training_config import TrainingConfig
 
     graph = bs.hybrid(log_reward=column_reward)
     pf, pb = policies(graph)
@@ -122,8 +122,8 @@ def test_training_starts_by_probing_the_contracts(tmp_path):
 
 
 def test_training_probes_the_state_flow_too(tmp_path):
-    from experiments.common import train_gflownet
-    from experiments.training_config import TrainingConfig
+    from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.training_config import TrainingConfig
 
     graph = bs.hybrid()
     pf, pb = policies(graph)

@@ -10,10 +10,10 @@ statistical tolerance is added here.
 
 from __future__ import annotations
 
+import broken_spaces as bs
 import pytest
 import torch
 
-import broken_spaces as bs
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.exact import index_of

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from environments import hypergrid
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import sample_forward
@@ -176,9 +176,9 @@ def test_weight_average_is_the_exponential_average_of_the_weights_after_each_ste
 
 
 def test_an_objective_on_transitions_needs_its_batch_source(tmp_path):
-    from environments.dag_params.objective import UNDIRECTED_SUBTB
-    from experiments.common import train_gflownet
-    from experiments.training_config import TrainingConfig
+    from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
+    from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.training_config import TrainingConfig
 
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)

@@ -14,9 +14,9 @@ from scipy.stats import chi2
 from torch import nn
 
 from conftest import random_jsp_policies
-from environments import dag_params as dp
-from environments import hypergrid
 from gflownet_measure.densities import UniformPolicy, uniform_density
+from gflownet_measure.environments import dag_params as dp
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import Atoms, Measure, counting

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from environments import alanine, torus
-from environments.torus_targets import periodic_grid
+from gflownet_measure.environments import alanine, torus
+from gflownet_measure.environments.torus_targets import periodic_grid
 
 openmm = pytest.importorskip("openmm", reason="the molecule extra (OpenMM) is not installed")
 

@@ -1,13 +1,13 @@
 """Every registered environment satisfies the theory's conditions (Lahlou et al. 2023, Definition 1, eq. 1-7 and 15-16), on settings drawn by hypothesis."""
 import pytest
 import torch
-from conftest import HYPOTHESIS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from environments import ENVIRONMENTS
+from conftest import HYPOTHESIS
 from gflownet_measure.checks import check_graph
-from experiments.settings import build, resolve
+from gflownet_measure.environments import ENVIRONMENTS
+from gflownet_measure.experiments.settings import build, resolve
 
 # Small settings per environment (exact checks enumerate the space). A new environment must add its own.
 SMALL_SETTINGS = {

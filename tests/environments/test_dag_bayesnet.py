@@ -1,4 +1,4 @@
-"""The linear-Gaussian network of JSP-GFN (``environments/dag_params/bayesnet.py``, ``exact.py``): closed forms
+"""The linear-Gaussian network of JSP-GFN (``gflownet_measure/environments/dag_params/bayesnet.py``, ``exact.py``): closed forms
 against direct densities, quadrature and autograd; the mini-batch likelihood; simulated and CSV data; and the
 exact posterior against its own samples."""
 import math
@@ -9,9 +9,9 @@ import torch
 from scipy import integrate
 
 from conftest import dag
-from environments.dag_params.bayesnet import LinearGaussian, load_csv, simulate_er
-from environments.dag_params.dags import enumerate_dags, transitive_closure
-from environments.dag_params.exact import ExactPosterior
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, load_csv, simulate_er
+from gflownet_measure.environments.dag_params.dags import enumerate_dags, transitive_closure
+from gflownet_measure.environments.dag_params.exact import ExactPosterior
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,5 +1,5 @@
 """Broken DAG x Theta spaces beyond enumeration fail the theory checks that see them (the sampled reference measures of
-environments/dag_params/reference.py): a wrong backward kernel and a reward that is not a density at d = 20, and, on
+gflownet_measure/environments/dag_params/reference.py): a wrong backward kernel and a reward that is not a density at d = 20, and, on
 eq. 4 (Lahlou et al. 2023, Definition 1), a chart whose Jacobian was dropped and a parent shifted by one edge, while
 the shipped space and the same chart with its Jacobian pass eq. 4.
 
@@ -12,11 +12,11 @@ import math
 import pytest
 import torch
 
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.space import DagKernel, ThetaChart, make_space
-from environments.dag_params.states import split
 from gflownet_measure.checks import check_finite_absorption, check_reversibility, check_support
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.space import DagKernel, ThetaChart, make_space
+from gflownet_measure.environments.dag_params.states import split
 
 EQ4_DRAWS = 64
 

@@ -1,4 +1,4 @@
-"""The CPD models behind one interface (environments/dag_params/cpds.py, cpd_base.py; docs/cpd_models.md): parameter
+"""The CPD models behind one interface (gflownet_measure/environments/dag_params/cpds.py, cpd_base.py; docs/cpd_models.md): parameter
 counts and layouts, likelihoods against loops over rows and nodes, inactive coordinates, mini-batches and their
 gradients, the parameter prior, simulated nonlinear data, one-line errors, and the worked example of the docs.
 
@@ -11,12 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import dag
 from scipy import integrate
 
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.cpds import CPD_MODELS, CategoricalMLP, CPDModel, MLPGaussian, ZeroInflatedMLP, make_model, mlp_outputs, simulate_mlp
-from environments.dag_params.dags import transitive_closure
+from conftest import dag
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.cpds import (
+    CPD_MODELS,
+    CategoricalMLP,
+    CPDModel,
+    MLPGaussian,
+    ZeroInflatedMLP,
+    make_model,
+    mlp_outputs,
+    simulate_mlp,
+)
+from gflownet_measure.environments.dag_params.dags import transitive_closure
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,15 +1,15 @@
-"""The batched log P_T(G) estimate of Deleu et al. 2023, D.3.2 (environments/dag_params/evaluation.py), its sizing to a
-budget of policy evaluations, and the posterior sampler (environments/dag_params/sampling.py)."""
+"""The batched log P_T(G) estimate of Deleu et al. 2023, D.3.2 (gflownet_measure/environments/dag_params/evaluation.py), its sizing to a
+budget of policy evaluations, and the posterior sampler (gflownet_measure/environments/dag_params/sampling.py)."""
 import math
 
 import pytest
 import torch
 
 from conftest import random_jsp_policies
-from environments import dag_params as dp
-from environments.dag_params.dags import is_dag
-from environments.dag_params.evaluation import estimate_graph_log_marginal, fit_metrics, fit_sample_count
-from environments.dag_params.sampling import posterior_samples
+from gflownet_measure.environments import dag_params as dp
+from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.environments.dag_params.evaluation import estimate_graph_log_marginal, fit_metrics, fit_sample_count
+from gflownet_measure.environments.dag_params.sampling import posterior_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

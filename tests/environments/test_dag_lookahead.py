@@ -1,5 +1,5 @@
 """The one-step lookahead of the marginal reward in JSP-GFN's edge and stop logits (``lookahead=true``,
-:func:`environments.dag_params.policy.action_log_probs`)."""
+:func:`gflownet_measure.environments.dag_params.policy.action_log_probs`)."""
 from __future__ import annotations
 
 import math
@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from environments import dag_params as dp
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.cpds import CategoricalMLP, MLPGaussian
-from environments.dag_params.dags import enumerate_dags, transitive_closure, valid_edges
-from environments.dag_params.scores import BDEU_ESS, LocalScores, bdeu_local_scores, lookahead_scores
+from gflownet_measure.environments import dag_params as dp
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, MLPGaussian
+from gflownet_measure.environments.dag_params.dags import enumerate_dags, transitive_closure, valid_edges
+from gflownet_measure.environments.dag_params.scores import BDEU_ESS, LocalScores, bdeu_local_scores, lookahead_scores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,18 +1,18 @@
-"""Comparison metrics (environments/dag_params/metrics.py): feature marginals, RMSE / Pearson r, E-SHD, AUROC."""
+"""Comparison metrics (gflownet_measure/environments/dag_params/metrics.py): feature marginals, RMSE / Pearson r, E-SHD, AUROC."""
 import math
 
 import numpy as np
 import pytest
 import torch
-from conftest import HYPOTHESIS, dag
 from hypothesis import given
 from hypothesis import strategies as st
 
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.evaluation import conditional_theta_metrics, heldout_metrics
-from environments.dag_params.exact import ExactPosterior
-from environments.dag_params.dags import FEATURES
-from environments.dag_params.metrics import auroc, expected_shd, feature_metrics, rmse_pearson, sample_features
+from conftest import HYPOTHESIS, dag
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.dags import FEATURES
+from gflownet_measure.environments.dag_params.evaluation import conditional_theta_metrics, heldout_metrics
+from gflownet_measure.environments.dag_params.exact import ExactPosterior
+from gflownet_measure.environments.dag_params.metrics import auroc, expected_shd, feature_metrics, rmse_pearson, sample_features
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import MultivariateNormal, Normal
 
-from environments.dag_params.bayesnet import LinearGaussian
-from environments.dag_params.cpds import MLPGaussian
-from environments.dag_params.network import JSPNetwork, JSPOutputs
-from environments.dag_params.theta import DiagNormalTheta, FullNormalTheta
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
+from gflownet_measure.environments.dag_params.cpds import MLPGaussian
+from gflownet_measure.environments.dag_params.network import JSPNetwork, JSPOutputs
+from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

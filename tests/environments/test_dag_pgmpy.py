@@ -1,4 +1,4 @@
-"""``data=pgmpy:NAME`` (environments/dag_params/pgmpy_data.py): categorical rows simulated from pgmpy's bundled networks.
+"""``data=pgmpy:NAME`` (gflownet_measure/environments/dag_params/pgmpy_data.py): categorical rows simulated from pgmpy's bundled networks.
 
 pgmpy is an optional extra: without it the data source is a one-line error naming the extra (tested everywhere), with
 it the simulated rows follow the network (tested where pgmpy is installed)."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.cli import main
-from experiments.jsp_gfn import build, env
+from gflownet_measure.experiments.cli import main
+from gflownet_measure.experiments.jsp_gfn import build, env
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,8 +40,9 @@ def test_sachs_network_rows_follow_its_root_distribution():
     frequencies over 4,000 rows match its CPD within 4 standard errors (sqrt(p (1 - p) / N) <= 0.008 each), which
     fails if the states were coded in another order than the network lists them."""
     pytest.importorskip("pgmpy")
-    from environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
     from pgmpy.readwrite import BIFReader
+
+    from gflownet_measure.environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
 
     sim = simulate_pgmpy("sachs", 3000, 1000, seed=3)
     assert sim.train.shape == (3000, 11) and sim.valid.shape == (1000, 11) and sim.train.dtype == torch.int64
@@ -65,8 +66,9 @@ def test_the_networks_own_heldout_nll_against_pgmpy():
     """``valid_nll`` is -sum of log P(row) over the held-out rows; pgmpy's get_state_probability gives P(row) for a
     full assignment by its own route (the product of its CPD entries looked up by state name)."""
     pytest.importorskip("pgmpy")
-    from environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
     from pgmpy.readwrite import BIFReader
+
+    from gflownet_measure.environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
 
     sim = simulate_pgmpy("sachs", 50, 30, seed=1)
     network = BIFReader(string=_bundled("sachs")).get_model()

@@ -1,4 +1,4 @@
-"""The reference measures of the DAG x Theta space without enumeration (``environments/dag_params/reference.py``): the
+"""The reference measures of the DAG x Theta space without enumeration (``gflownet_measure/environments/dag_params/reference.py``): the
 importance rule over DAGs (exact draws by edge weight, ``weighted_dags.py``), the acyclicity test, and the sampled nu and terminal measure against the enumerated
 ones at d = 3 (Lahlou et al. 2023, Definition 1; Deleu et al. 2023).
 
@@ -12,13 +12,12 @@ import math
 import pytest
 import torch
 
-from environments.dag_params.bayesnet import LinearGaussian
-from environments.dag_params.dags import dag_codes, enumerate_dags, transitive_closure
-from environments.dag_params.dags import is_dag
-from environments.dag_params.reference import BLOCK_THETAS, PROPOSAL_SCALE, draw_dags, sampled_measures
-from environments.dag_params.space import ThetaChart, enumerated_measures, make_space
-from environments.dag_params.states import join, split
 from gflownet_measure.checks import integrate
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
+from gflownet_measure.environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure
+from gflownet_measure.environments.dag_params.reference import BLOCK_THETAS, PROPOSAL_SCALE, draw_dags, sampled_measures
+from gflownet_measure.environments.dag_params.space import ThetaChart, enumerated_measures, make_space
+from gflownet_measure.environments.dag_params.states import join, split
 from gflownet_measure.sampled import SampledMeasure
 
 pytestmark = pytest.mark.usefixtures("one_thread")

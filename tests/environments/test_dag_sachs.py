@@ -7,10 +7,20 @@ import pytest
 import torch
 from scipy import stats
 
-from environments.dag_params import DagParamsConfig, make_problem
-from environments.dag_params.cpds import CategoricalMLP, ZeroInflatedMLP, make_model, simulate_zi
-from environments.dag_params.interventions import load_data
-from environments.dag_params.sachs import BLOCK_SIZES, CONDITIONS, PROTEINS, block_of_rows, boundary_jumps, consensus_graph, discretise, load_raw, sachs_split
+from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
+from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, ZeroInflatedMLP, make_model, simulate_zi
+from gflownet_measure.environments.dag_params.interventions import load_data
+from gflownet_measure.environments.dag_params.sachs import (
+    BLOCK_SIZES,
+    CONDITIONS,
+    PROTEINS,
+    block_of_rows,
+    boundary_jumps,
+    consensus_graph,
+    discretise,
+    load_raw,
+    sachs_split,
+)
 
 
 @pytest.fixture(scope="module")

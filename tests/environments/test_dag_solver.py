@@ -1,4 +1,4 @@
-"""The solver head of JSP-GFN (:mod:`environments.dag_params.solver`), the models' derivatives in theta it reads, and the
+"""The solver head of JSP-GFN (:mod:`gflownet_measure.environments.dag_params.solver`), the models' derivatives in theta it reads, and the
 path-wise length-2 penalty of eq. C.21.
 
 - The solver's mean is the exact conditional posterior mean of a linear-Gaussian model (JSP-GFN eq. D.24), and at
@@ -15,13 +15,13 @@ import torch
 from torch import nn
 
 from conftest import random_jsp_policies
-from environments import dag_params as dp
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.cpds import CategoricalMLP, MLPGaussian, ZeroInflatedMLP, simulate_mlp, simulate_zi
-from environments.dag_params.dags import enumerate_dags
-from environments.dag_params.objective import _sampled_terms
-from environments.dag_params.solver import refine_mean
 from gflownet_measure.checks import check_graph
+from gflownet_measure.environments import dag_params as dp
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, MLPGaussian, ZeroInflatedMLP, simulate_mlp, simulate_zi
+from gflownet_measure.environments.dag_params.dags import enumerate_dags
+from gflownet_measure.environments.dag_params.objective import _sampled_terms
+from gflownet_measure.environments.dag_params.solver import refine_mean
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

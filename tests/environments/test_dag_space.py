@@ -17,21 +17,21 @@ import torch
 from torch import nn
 
 from conftest import random_jsp_policies
-from environments import dag_params as dp
-from environments.dag_params import theta as theta_mod
-from environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from environments.dag_params.cpds import MLPGaussian
-from environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure, valid_edges
-from environments.dag_params.evaluation import _line_fit, estimate_graph_log_marginal, model_graph_log_marginals, posterior_metrics
-from environments.dag_params.exact import ExactPosterior
-from environments.dag_params.network import JSPOutputs
-from environments.dag_params.objective import transition_loss
-from environments.dag_params.policy import JSPPolicy
-from environments.dag_params.space import DagKernel, ThetaChart, enumerated_measures, make_space
-from environments.dag_params.states import join, split
-from environments.dag_params.theta import FullNormalTheta
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.environments import dag_params as dp
+from gflownet_measure.environments.dag_params import theta as theta_mod
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
+from gflownet_measure.environments.dag_params.cpds import MLPGaussian
+from gflownet_measure.environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure, valid_edges
+from gflownet_measure.environments.dag_params.evaluation import _line_fit, estimate_graph_log_marginal, model_graph_log_marginals, posterior_metrics
+from gflownet_measure.environments.dag_params.exact import ExactPosterior
+from gflownet_measure.environments.dag_params.network import JSPOutputs
+from gflownet_measure.environments.dag_params.objective import transition_loss
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
+from gflownet_measure.environments.dag_params.space import DagKernel, ThetaChart, enumerated_measures, make_space
+from gflownet_measure.environments.dag_params.states import join, split
+from gflownet_measure.environments.dag_params.theta import FullNormalTheta
 from gflownet_measure.measures import Atoms, Measure
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.walkers import Walkers
@@ -89,7 +89,7 @@ class ExactNetwork(nn.Module):
         self.table = (edge.reshape(n, d, d), stop, loc, U)
 
     def trunk(self, adj):
-        """:class:`~environments.dag_params.network.JSPNetwork`'s split: the graphs' table rows stand in for the node and global features."""
+        """:class:`~gflownet_measure.environments.dag_params.network.JSPNetwork`'s split: the graphs' table rows stand in for the node and global features."""
         idx = torch.searchsorted(self.codes, dag_codes(adj > 0.5))
         edge, stop, _, _ = self.table
         return idx[:, None], idx, edge[idx], stop[idx]

@@ -1,12 +1,12 @@
-"""DAG utilities of JSP-GFN (``environments/dag_params/dags.py``): enumeration counts, the closure
+"""DAG utilities of JSP-GFN (``gflownet_measure/environments/dag_params/dags.py``): enumeration counts, the closure
 and the action mask against from-scratch references, and the marginal features on a hand graph."""
 import pytest
 import torch
-from conftest import HYPOTHESIS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from environments.dag_params.dags import (
+from conftest import HYPOTHESIS
+from gflownet_measure.environments.dag_params.dags import (
     dag_codes,
     edge_features,
     enumerate_dags,

@@ -1,4 +1,4 @@
-"""Diffusion models as GFlowNets trained from data (environments/diffusion.py; the `mle` objective; likelihood bounds)."""
+"""Diffusion models as GFlowNets trained from data (gflownet_measure/environments/diffusion.py; the `mle` objective; likelihood bounds)."""
 import math
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.distributions import Normal
 
-from environments import diffusion as env
-from environments.diffusion_data import load_data
+from gflownet_measure.environments import diffusion as env
+from gflownet_measure.environments.diffusion_data import load_data
 from gflownet_measure.likelihood import log_likelihood_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import rsample_backward, sample_backward

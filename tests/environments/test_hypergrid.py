@@ -5,9 +5,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from environments import hypergrid
+from gflownet_measure.environments import hypergrid
 from gflownet_measure.exact import enumerate_states, index_of, terminating_distribution
 from gflownet_measure.rollout import sample_forward
+
 
 def test_reward_levels_and_partition_function():
     """H = 8, D = 2: each axis has 4 outer-band cells (0, 1, 6, 7) of which 2 are inner (1, 6)."""

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from environments import quarter_disc as qd
+from gflownet_measure.charts import ArcChart, WithoutJacobian
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.environments import quarter_disc as qd
 from gflownet_measure.heads import BetaMixtureHead
 from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import tied
 from gflownet_measure.rollout import log_densities, sample_backward, sample_forward, score
-from gflownet_measure.charts import ArcChart, WithoutJacobian
 
 RHOS = [0.25, 0.1]
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from environments import sde
-from environments.sde_targets import TARGETS
-from experiments.settings import build, resolve
+from gflownet_measure.environments import sde
+from gflownet_measure.environments.sde_targets import TARGETS
+from gflownet_measure.experiments.settings import build, resolve
 from gflownet_measure.metrics import log_weights
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet
 from gflownet_measure.rollout import log_densities, rollout, sample_forward, score
@@ -110,7 +110,7 @@ def test_batched_scores_equal_the_scored_rollout(noise):
 
 
 def test_widening_a_beta_policy_is_an_error():
-    from environments import quarter_disc
+    from gflownet_measure.environments import quarter_disc
     cfg = quarter_disc.QuarterDiscConfig()
     g = quarter_disc.make_graph(cfg)
     pf, _ = quarter_disc.make_policies(g, cfg)
@@ -159,7 +159,7 @@ def test_langevin_term_adds_the_clipped_score():
 
 
 def test_target_regime_weights_are_uniform_and_forward_kl_is_the_likelihood():
-    from experiments.sde import _target_batch
+    from gflownet_measure.experiments.sde import _target_batch
     torch.manual_seed(5)
     cfg, graph, pf, pb = setup(n_steps=6)
     cfg |= {"batch_size": 64}
@@ -181,8 +181,8 @@ def test_divergences_need_scores():
 def test_checks_catch_a_policy_without_its_jacobian():
     """Dropping the chart's log|J| = n log c (the Li et al. 2023 error) leaves a density that integrates to
     c^n = 0.25 against Lebesgue (gmm9, sigma = 1, T = 4): eq. 15 fails, the graph's own conditions still hold."""
-    from gflownet_measure.checks import check_graph
     from gflownet_measure.charts import WithoutJacobian
+    from gflownet_measure.checks import check_graph
 
     torch.manual_seed(6)
     cfg, graph, pf, pb = setup(n_steps=4, sigma=1.0)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy.special import ive
 
-from environments import hybrid_torus, torus
-from environments.torus_targets import grid_log_normaliser, periodic_grid, r6
 from gflownet_measure.densities import Policy
+from gflownet_measure.environments import hybrid_torus, torus
+from gflownet_measure.environments.torus_targets import grid_log_normaliser, periodic_grid, r6
 from gflownet_measure.heads import VonMisesMixture
 from gflownet_measure.rollout import sample_forward
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 BETA = '''
 """The README's one-step space: s0 = [0, 0] -> [1, y], y in [0, 1] (Lebesgue) -> the sink; R(y) = (y (1 - y))^power."""
@@ -166,7 +166,7 @@ def test_typed_settings_are_parsed_into_the_dataclass(tmp_path, capsys):
 
 
 def test_a_registered_environments_factory_through_the_module_form(capsys):
-    assert main(["check", "environments.hypergrid:make_graph", "--set", "height=4", "ndim=2"]) == 0
+    assert main(["check", "gflownet_measure.environments.hypergrid:make_graph", "--set", "height=4", "ndim=2"]) == 0
     assert "theory checks for hypergrid(H=4, D=2)" in capsys.readouterr().out
 
 
@@ -231,7 +231,7 @@ def test_the_installed_command_imports_from_the_current_directory_without_a_trac
     """As the ``gflownet-measure`` script runs: ``sys.path`` without the current directory (``python -c`` puts it first)."""
     write(tmp_path / "cwd_chain.py", CHAIN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")])}
-    script = "import sys; del sys.path[0]; from experiments.cli import main; sys.exit(main())"
+    script = "import sys; del sys.path[0]; from gflownet_measure.experiments.cli import main; sys.exit(main())"
     p = subprocess.run([sys.executable, "-c", script, "check", "cwd_chain:broken"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
     assert "check: cwd_chain:broken: broken raised ZeroDivisionError" in p.stderr

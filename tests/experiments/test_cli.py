@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
+
 
 def test_list_names_every_experiment_and_environment(capsys):
     assert main(["list"]) == 0
@@ -46,7 +47,7 @@ def test_bad_input_is_one_line_with_exit_code_2(argv, message, capsys, tmp_path)
 
 @pytest.mark.slow
 def test_bad_input_prints_no_traceback():
-    p = subprocess.run([sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--set", "objective=xx"], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "gflownet_measure.experiments.cli", "run", "hypergrid", "--set", "objective=xx"], capture_output=True, text=True)
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
 
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50", "dims=3", "datasets=2"]
 

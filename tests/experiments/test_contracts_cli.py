@@ -7,10 +7,9 @@ import sys
 
 import pytest
 import torch
-
-from experiments.cli import main
-
 from test_check_user_space import BETA
+
+from gflownet_measure.experiments.cli import main
 
 LOG_REWARD = "log_reward=lambda x: power * (x[:, 1].log() + (-x[:, 1]).log1p())"
 BROKEN = {

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from environments.dag_params import objective as jsp_objective
-from experiments.cli import main
+from gflownet_measure.environments.dag_params import objective as jsp_objective
+from gflownet_measure.experiments.cli import main
 
 TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50"]
 
@@ -140,7 +140,7 @@ def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
 @pytest.mark.parametrize("fraction", [0.5, 0.25])
 def test_exploration_decays_over_the_anneal_fraction(fraction):
     """Uniform moves: probability 1 at the first update, linear down to min_exploration at anneal_fraction x steps, flat after."""
-    from experiments.jsp_gfn import exploration
+    from gflownet_measure.experiments.jsp_gfn import exploration
 
     cfg = {"steps": 1000, "anneal_fraction": fraction, "min_exploration": 0.1}
     end = int(1000 * fraction)
@@ -191,7 +191,7 @@ def test_bad_jsp_settings_are_one_line(tmp_path, capsys, setting, message):
 @pytest.mark.slow
 def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monkeypatch):
     """A table runs what is installed: a missing package is a line in baselines.json and the table, not a crash."""
-    from baselines import structure
+    from gflownet_measure.baselines import structure
 
     monkeypatch.setattr(structure, "available", lambda name: (False, "causal-learn is not installed: pip install 'gflownet-measure[baselines]'"))
     out = tmp_path / "table"
@@ -202,7 +202,7 @@ def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monk
 
 @pytest.mark.slow
 def test_bcd_runs_beside_jsp_gfn_and_is_skipped_beyond_its_enumeration(tmp_path):
-    """baseline=bcd (BCD Nets, baselines/bcd.py): scored like the other baselines at d = 3; at d = 8 its permanent over
+    """baseline=bcd (BCD Nets, gflownet_measure/baselines/bcd.py): scored like the other baselines at d = 3; at d = 8 its permanent over
     the d! orders is not enumerated, which baselines.json records instead of crashing."""
     out = tmp_path / "d3"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "baseline=bcd", "bcd_steps=5"]) == 0

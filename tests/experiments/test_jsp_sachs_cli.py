@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 TINY = ["data=sachs", "model=categorical-mlp", "sachs_rows=20", "steps=4", "eval_every=2", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "batch_size_data=32", "posterior_samples=12", "fit_samples=4", "eval_samples=4"]
 

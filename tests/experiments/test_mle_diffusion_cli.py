@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
-from experiments.sample_quality import frechet_distance, mmd_rbf
+from gflownet_measure.experiments.cli import main
+from gflownet_measure.experiments.sample_quality import frechet_distance, mmd_rbf
 
 TINY = ["steps=4", "eval_every=2", "n_steps=3", "hidden=8", "batch_size=16", "eval_points=40", "iw_samples=2", "monitor_points=16", "n_samples=60"]
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import check_contract
-from environments import quarter_disc as qd
-from experiments.cli import main
-from experiments.quarter_disc import CONFIGS, ORDERINGS, Reference, curve_mean, orderings_held
+from gflownet_measure.environments import quarter_disc as qd
+from gflownet_measure.experiments.cli import main
+from gflownet_measure.experiments.quarter_disc import CONFIGS, ORDERINGS, Reference, curve_mean, orderings_held
 from gflownet_measure.metrics import expected_sample_tv, total_variation
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=200", "batch_size=16", "hidden=16", "n_layers=1"]
@@ -75,7 +75,7 @@ def test_figure1_runs_every_configuration(tmp_path):
     assert main(["run", "quarter-disc-figure1", "--out", str(out), "--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]) == 0
     check_contract(out)
     metrics = json.loads((out / "metrics.json").read_text())
-    names = [f"{l}-{b}-rho{r}" for r in (0.25, 0.1) for l in ("tb", "db") for b in ("uniform", "learned")]
+    names = [f"{loss}-{b}-rho{r}" for r in (0.25, 0.1) for loss in ("tb", "db") for b in ("uniform", "learned")]
     assert all(f"jsd_exact/{n}/mean" in metrics and f"jsd_rejection_curve/{n}/mean" in metrics and 0 <= metrics[f"level_tv/{n}/mean"] <= 1 for n in names)
     assert 0 < metrics["level_tv_floor/mean"] < 0.2 and all(metrics[f"held/{label}/level_tv/final"] <= 4 for label in ORDERINGS)
     assert 0 < metrics["jsd_rejection_floor/mean"] < metrics["jsd_floor/mean"]  # two KDEs of R's samples agree better than either with R

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PARENT = """
 import os, sys, time
 from pathlib import Path
-from experiments.common import SubRun, run_many
+from gflownet_measure.experiments.common import SubRun, run_many
 
 def run(cfg, out, resume):
     (out / "started").write_text(str(os.getpid()))

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from environments.dag_params import DagParamsConfig, make_problem
-from environments.dag_params.bayesnet import load_csv
-from experiments import plots
-from experiments.cli import main
+from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
+from gflownet_measure.environments.dag_params.bayesnet import load_csv
+from gflownet_measure.experiments import plots
+from gflownet_measure.experiments.cli import main
 
 TINY = ["--threads", "1", "--set", "steps=20", "eval_every=10", "eval_samples=50"]
 JSP_TINY = ["steps=4", "eval_every=2", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=20"]
@@ -147,7 +147,7 @@ def _wait_for(path: Path, seconds: float = 60.0) -> None:
 def _long_run(out: Path) -> subprocess.Popen:
     """A run that trains for minutes, in a child whose Ctrl-C (SIGINT) acts as in a terminal: a shell that starts jobs in
     the background (CI, ``nohup``) hands them SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    argv = [sys.executable, "-m", "experiments.cli", "run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=100000", "eval_every=50", "eval_samples=50"]
+    argv = [sys.executable, "-m", "gflownet_measure.experiments.cli", "run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=100000", "eval_every=50", "eval_samples=50"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 pytestmark = pytest.mark.slow  # two processes train one run: about 20 s
 

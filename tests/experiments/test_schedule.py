@@ -1,9 +1,9 @@
-"""The shared learning-rate schedule (experiments.common.make_scheduler): every group, log Z included, decays together."""
+"""The shared learning-rate schedule (gflownet_measure.experiments.common.make_scheduler): every group, log Z included, decays together."""
 import pytest
 import torch
 
-from experiments.common import make_scheduler
-from experiments.training_config import TrainingConfig
+from gflownet_measure.experiments.common import make_scheduler
+from gflownet_measure.experiments.training_config import TrainingConfig
 
 
 def test_every_group_decays_by_gamma_at_each_milestone():

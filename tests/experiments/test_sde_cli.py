@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5"]
 
@@ -51,7 +51,7 @@ def test_table_runs_rows_and_baselines(tmp_path):
 def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_path, monkeypatch):
     """A run that stops on a non-finite gradient (off-policy reverse KL on the funnel does at the paper preset, as the
     paper's "unstable" entry says) is kept as diverged: counted in the table, left out of the means, not an error."""
-    from experiments import sde
+    from gflownet_measure.experiments import sde
     from gflownet_measure.training import TrainingDiverged
 
     run = sde.run
@@ -80,9 +80,9 @@ def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
     returned variance is in chart units, c^2 = sigma^2 / T of them per unit of x^2."""
     import math
 
-    from environments import sde as env
-    from experiments.sde import SETTINGS, exploration_noise
-    from experiments.settings import build
+    from gflownet_measure.environments import sde as env
+    from gflownet_measure.experiments.sde import SETTINGS, exploration_noise
+    from gflownet_measure.experiments.settings import build
 
     cfg = {k: s.default for k, s in SETTINGS.items()} | {"regime": "off", "exploration": 0.1, "steps": 1000}
     c2 = env.sigma_of(build(env.SDEConfig, cfg)) ** 2 / cfg["n_steps"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from experiments.cli import main
+from gflownet_measure.experiments.cli import main
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=16", "n_layers=1", "n_steps=2", "eval_grid=24"]
 

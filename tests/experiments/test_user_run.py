@@ -13,11 +13,10 @@ import re
 from pathlib import Path
 
 import pytest
-
-from experiments.cli import main
-from gflownet_measure import losses
-
 from test_check_user_space import BETA
+
+from gflownet_measure import losses
+from gflownet_measure.experiments.cli import main
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 BUDGET = ["--threads", "1", "--set", "steps=300", "batch_size=64", "eval_every=100", "eval_samples=500"]

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common import WallClock
+from gflownet_measure.experiments.common import WallClock
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SLEEPER = """
 import sys, time
 from pathlib import Path
-from experiments.common import WallClock
+from gflownet_measure.experiments.common import WallClock
 with WallClock(Path(sys.argv[1]), resume=False, every=0.05):
     time.sleep(60)
 """

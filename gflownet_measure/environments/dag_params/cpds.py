@@ -1,0 +1,491 @@
+"""Conditional probability distributions (CPDs) of the Bayesian network behind one interface, with flat parameter vectors.
+
+A terminal state of the DAG x Theta space holds a graph :math:`G` (``adj [d, d]``) and a flat ``theta [P]`` whose
+layout the model defines; the policy's parameter head emits node ``j``'s block from node ``j``'s embedding and
+scatters it to ``block_index()[j]``. Models (docs/cpd_models.md):
+
+- ``"lingauss"``: :class:`~.bayesnet.LinearGaussian`, :math:`x_j = \\sum_i \\theta_{ij} x_i + \\varepsilon_j`
+  (Deleu et al. 2023, section 5.1), :math:`P = d^2`;
+- ``"mlp"``: :class:`MLPGaussian`, :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x_{\\mathrm{Pa}(j)}), \\sigma^2)`
+  (Lorch et al. 2021, the nonlinear Gaussian networks of its experiments; Deleu et al. 2023, section 5.2), :math:`P = d\\,(5d + 11)` with 5 hidden units;
+- ``"categorical-mlp"``: :class:`CategoricalMLP`, :math:`x_j \\sim \\mathrm{Cat}(\\mathrm{softmax}\\,\\mathrm{MLP}_j(\\mathrm{onehot}(x_{\\mathrm{Pa}(j)})))`
+  for discrete data such as Sachs et al. 2005 (Deleu et al. 2023, section 5.3).
+
+The two MLP models share one masked network (:class:`MaskedMLP`): per node :math:`j`, with :math:`e(x) \\in \\mathbb R^{dF}`
+the encoded values of all :math:`d` variables (:math:`F` features each) and :math:`m_j` the 0/1 mask of the columns of
+:math:`j`'s parents,
+
+.. math:: \\mathrm{MLP}_j(x) = W_2^{(j)} \\mathrm{ReLU}\\big((W_1^{(j)} \\odot m_j) e(x) + b_1^{(j)}\\big) + b_2^{(j)},
+
+node ``j``'s block laid out ``[W1 (H x dF, row-major) | b1 (H) | W2 (O x H, row-major) | b2 (O)]``, the columns of
+``W1`` in the order ``i * F + f``. The masked columns are the inactive coordinates; ``b1``, ``W2``, ``b2`` are always
+active (as the ``mlp_gauss`` model of the public JSP-GFN code).
+"""
+from __future__ import annotations
+
+import abc
+import inspect
+import math
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from gflownet_measure.gaussian import LOG_2PI
+
+from .bayesnet import LinearGaussian, SimulatedData, check_simulation, random_er_dag
+from .cpd_base import CPDBase, check_variance
+
+__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_layers", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model", "simulate_mlp", "simulate_zi"]
+
+
+@runtime_checkable
+class CPDModel(Protocol):
+    """What the DAG x Theta space, its policy and its baselines need of a model (every model subclasses :class:`~.cpd_base.CPDBase`).
+
+    Shapes: ``adj [..., d, d]`` bool (``adj[i, j]`` iff :math:`i \\to j`), ``theta [..., P]`` flat, broadcasting against
+    each other (``[S, B, P]`` against ``[B, d, d]``); results ``[...]``, in ``theta``'s dtype, differentiable in ``theta``
+    and independent of its inactive coordinates (NaN included).
+    """
+
+    d: int  # variables
+    n: int  # data rows N
+    data: Tensor  # [N, d]: float64 (continuous) or long (categorical)
+    block: int  # parameters per node
+    kind: str  # "continuous" or "categorical"
+
+    @property
+    def n_params(self) -> int:
+        """:math:`P = d \\cdot` ``block``."""
+
+    def block_index(self) -> Tensor:
+        """``[d, block]`` long: positions of node ``j``'s parameters in the flat ``theta``."""
+
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., P]`` bool: the coordinates of :math:`\\Theta_G`."""
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta)`; with ``rows [M]`` the unbiased :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13)."""
+
+    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
+        """:math:`\\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)` w.r.t. Lebesgue on the active coordinates."""
+
+    def log_prior_graph(self, adj: Tensor) -> Tensor:
+        """:math:`\\log P(G)` (uniform or Erdos-Renyi)."""
+
+    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`."""
+
+
+# ---------------------------------------------------------------- the masked MLP shared by the two MLP models
+
+
+def _check_hidden(owner: str, hidden: int) -> None:
+    if int(hidden) != hidden or hidden < 1:
+        raise ValueError(f"{owner}: hidden must be an integer >= 1; got {hidden!r}")
+
+
+def mlp_active(adj: Tensor, hidden: int, features: int, outputs: int, extra: int = 0) -> Tensor:
+    """``[..., d * block]`` bool: ``W1[h, i * F + f]`` of node ``j`` is active iff :math:`A_{ij} = 1`; ``b1``, ``W2``, ``b2`` and the ``extra`` per-node parameters after them always."""
+    d = adj.shape[-1]
+    parents = adj.bool().transpose(-1, -2)  # [..., j, i]
+    w1 = parents[..., :, None, :, None].expand(*parents.shape[:-1], hidden, d, features).flatten(-3)  # [..., d, H * d * F]
+    rest = torch.ones((), dtype=torch.bool, device=adj.device).expand(*parents.shape[:-1], hidden + outputs * hidden + outputs + extra)
+    return torch.cat([w1, rest], -1).flatten(-2)
+
+
+def mlp_layers(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(pre-activations [..., M, d, H], W2 [..., d, O, H], outputs [..., M, d, O])`` of :math:`\\mathrm{MLP}_j(x_m)` from the
+    (already masked) blocks ``[..., d, block]`` and ``inputs [M, dF]``.
+
+    Two einsums; the hidden layer ``[..., M, d, H]`` is the largest intermediate.
+    """
+    n_in = inputs.shape[-1]
+    w1, b1, w2, b2 = blocks.split([hidden * n_in, hidden, outputs * hidden, outputs], -1)
+    pre = torch.einsum("...jhf,mf->...mjh", w1.unflatten(-1, (hidden, n_in)), inputs) + b1[..., None, :, :]
+    W2 = w2.unflatten(-1, (outputs, hidden))
+    return pre, W2, torch.einsum("...mjh,...joh->...mjo", pre.relu(), W2) + b2[..., None, :, :]
+
+
+CHUNK_BYTES = 1 << 20
+"""The hidden layer :func:`mlp_outputs` holds at once (about one core's L2 cache): graphs are processed in groups this small."""
+
+
+def mlp_outputs(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> Tensor:
+    """:math:`\\mathrm{MLP}_j(x_m) = W_2^{(j)} \\mathrm{ReLU}(W_1^{(j)} x_m + b_1^{(j)}) + b_2^{(j)}` ``[..., M, d, O]``: the outputs
+    of :func:`mlp_layers`, the same numbers, without keeping their intermediates.
+
+    The graphs (the leading axes, flattened) are taken in groups whose hidden layer fits in :data:`CHUNK_BYTES`: at
+    ``S B = 1024`` graphs, ``M = 100``, ``d = 20``, ``H = 5`` the whole layer is 80 MB a tensor, which memory traffic and
+    page faults, not arithmetic, would price (measured at that size: 3.4 to 4.5 times slower in one piece, bitwise the same outputs).
+    """
+    if blocks.dim() == 2:  # one network per node: a single group
+        return mlp_layers(blocks, inputs, hidden, outputs)[2]
+    d = blocks.shape[-2]
+    per_graph = d * hidden * inputs.shape[0] * inputs.element_size()
+    parts = [mlp_layers(chunk, inputs, hidden, outputs)[2] for chunk in blocks.reshape(-1, d, blocks.shape[-1]).split(max(1, CHUNK_BYTES // per_graph))]
+    return torch.cat(parts).reshape(*blocks.shape[:-2], inputs.shape[0], d, outputs)
+
+
+class MaskedMLP(CPDBase):
+    """A :class:`~.cpd_base.CPDBase` whose node ``j`` is the masked MLP of the module docstring; a subclass sets the layout
+    with :meth:`_layout`, encodes the data (:meth:`encode`) and scores the outputs."""
+
+    hidden: int  # H
+    features: int  # F: inputs per variable
+    outputs: int  # O
+    extra: int  # per-node parameters after the network's (always active)
+    interventional = True
+
+    def _layout(self, hidden: int, features: int, outputs: int, extra: int = 0) -> None:
+        _check_hidden(type(self).__name__, hidden)
+        self.hidden, self.features, self.outputs, self.extra = int(hidden), features, outputs, extra
+        self.block = self.hidden * self.d * features + self.hidden + outputs * self.hidden + outputs + extra
+
+    def block_index(self) -> Tensor:
+        """``[d, block]`` long: node ``j``'s block is the contiguous ``j * block .. (j + 1) * block - 1``."""
+        return torch.arange(self.n_params).view(self.d, self.block)
+
+    def active(self, adj: Tensor) -> Tensor:
+        """``[..., P]`` bool: the first-layer columns of parents, and every bias and second-layer weight."""
+        self._check_adj(adj)
+        return mlp_active(adj, self.hidden, self.features, self.outputs, self.extra)
+
+    @abc.abstractmethod
+    def encode(self, x: Tensor) -> Tensor:
+        """``[M, d * F]`` float64 network inputs of the data rows ``x [M, d]``."""
+
+    def _outputs(self, adj: Tensor, theta: Tensor, x: Tensor) -> Tensor:
+        """``[..., M, d, O]``: every node's network on the rows ``x [M, d]``, inactive coordinates read as 0."""
+        blocks = self._masked(adj, theta).unflatten(-1, (self.d, self.block))
+        return mlp_outputs(blocks[..., : self.block - self.extra], self.encode(x), self.hidden, self.outputs)
+
+    def _network(self, adj: Tensor, theta: Tensor, rows: Tensor | None) -> dict:
+        """Every node's network on the rows ``rows`` with what its Jacobian needs: encoded inputs ``e [M, dF]``, pre-activations
+        ``pre`` and activations ``act [..., M, d, H]``, ``W2 [..., d, O, H]``, outputs ``out [..., M, d, O]``, the 0/1 weights
+        ``observed [M, d]`` of the entries not intervened on, the mini-batch factor ``scale`` and the rows ``x``."""
+        x, scale = self._rows(rows)
+        e = self.encode(x)  # [M, dF]
+        blocks = self._masked(adj, theta).unflatten(-1, (self.d, self.block))
+        pre, W2, out = mlp_layers(blocks[..., : self.block - self.extra], e, self.hidden, self.outputs)
+        intervened = self._intervened(rows)
+        observed = torch.ones(x.shape, dtype=torch.float64) if intervened is None else (~intervened).double()
+        return {"x": x, "scale": scale, "e": e, "pre": pre, "act": pre.relu(), "W2": W2, "out": out, "observed": observed}
+
+    def likelihood_curvature(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """The diagonal of the Gauss-Newton matrix :math:`\\sum_n J_n^\\top F_n J_n` of :math:`-\\log P(D | G, \\theta)` ``[..., P]`` float64.
+
+        For node ``j`` and row ``n`` with pre-activations :math:`a = W_1 e + b_1`, :math:`g = 1[a > 0]`, outputs
+        :math:`o = W_2\\,\\mathrm{ReLU}(a) + b_2` and :math:`F_n` the Fisher information of the CPD in :math:`o`
+        (:meth:`_output_fisher`), the Jacobian of :math:`o` is sparse, and with :math:`q_h = g_h\\, W_{2,\\cdot h}^\\top F_n W_{2,\\cdot h}`
+
+        .. math:: [W_1]_{hf}: \\textstyle\\sum_n q_{nh} e_{nf}^2, \\quad [b_1]_h: \\sum_n q_{nh}, \\quad
+           [W_2]_{kh}: \\sum_n (F_n)_{kk} \\mathrm{ReLU}(a_{nh})^2, \\quad [b_2]_k: \\sum_n (F_n)_{kk},
+
+        and the model's own per-node parameters from :meth:`_extra_fisher`. Intervened entries are dropped, a mini-batch
+        scaled by :math:`N/M` (eq. 13). Memory: a few ``[..., M, d, H]`` arrays (no ``S`` axis: one ``theta`` per graph).
+        """
+        n = self._network(adj, theta.detach(), rows)
+        fisher, quad = self._output_fisher(n["out"], n["W2"], n["x"], theta)  # [..., M, d, O], [..., M, d, H]
+        extra = self._extra_fisher(n["out"], n["x"], theta)  # [..., M, d, extra]
+        w = n["observed"][..., None]
+        fisher, extra, q = fisher * w, extra * w, quad * (n["pre"] > 0) * w
+        parts = [torch.einsum("...mjh,mf->...jhf", q, n["e"].square()).flatten(-2), q.sum(-3), torch.einsum("...mjo,...mjh->...joh", fisher, n["act"].square()).flatten(-2), fisher.sum(-3), extra.sum(-3)]
+        return torch.cat(parts, -1).flatten(-2) * n["scale"]
+
+    def log_reward_hvp(self, adj: Tensor, theta: Tensor, v: Tensor, rows: Tensor | None = None) -> Tensor:
+        """The Gauss-Newton product :math:`(I/\\sigma_0^2 + \\sum_n J_n^\\top F_n J_n)\\, v` ``[..., P]`` float64 in place of
+        :math:`-\\nabla^2 \\log R\\, v` (positive semi-definite, as conjugate gradients need; Schraudolph 2002, Martens 2010).
+
+        Forward, the outputs' directional derivative :math:`\\delta o = W_2 (g \\odot (\\delta W_1 e + \\delta b_1)) + \\delta W_2\\,
+        \\mathrm{ReLU}(a) + \\delta b_2`; then :math:`u = F \\delta o` (:meth:`_fisher_product`) and back,
+        :math:`\\delta W_2 \\leftarrow u\\,\\mathrm{ReLU}(a)^\\top`, :math:`\\delta b_2 \\leftarrow u`,
+        :math:`r = g \\odot W_2^\\top u`, :math:`\\delta W_1 \\leftarrow r e^\\top`, :math:`\\delta b_1 \\leftarrow r`, summed over rows;
+        the per-node extras by their Fisher diagonal. A few einsums over ``[..., M, d, H]``: cheaper than a double backward.
+        """
+        n = self._network(adj, theta.detach(), rows)
+        # H and O: the docstring's hidden and output widths
+        H, O, e = self.hidden, self.outputs, n["e"]  # noqa: E741
+        on = self.active(adj)
+        V = torch.where(on, v.to(torch.float64), 0.0).unflatten(-1, (self.d, self.block))
+        v1, vb1, v2, vb2, vx = V.split([H * e.shape[-1], H, O * H, O, self.extra], -1)
+        gate = (n["pre"] > 0).double()
+        d_pre = (torch.einsum("...jhf,mf->...mjh", v1.unflatten(-1, (H, e.shape[-1])), e) + vb1[..., None, :, :]) * gate
+        d_out = torch.einsum("...mjh,...joh->...mjo", d_pre, n["W2"]) + torch.einsum("...mjh,...joh->...mjo", n["act"], v2.unflatten(-1, (O, H))) + vb2[..., None, :, :]
+        u = self._fisher_product(n["out"], n["x"], theta, d_out) * n["observed"][..., None]  # [..., M, d, O]
+        r = torch.einsum("...mjo,...joh->...mjh", u, n["W2"]) * gate
+        extra = self._extra_fisher(n["out"], n["x"], theta)
+        parts = [torch.einsum("...mjh,mf->...jhf", r, e).flatten(-2), r.sum(-3), torch.einsum("...mjo,...mjh->...joh", u, n["act"]).flatten(-2), u.sum(-3), (extra * n["observed"][..., None]).sum(-3) * vx]
+        lik = torch.cat(parts, -1).flatten(-2) * n["scale"]
+        return torch.where(on, lik + V.flatten(-2) / self.prior_var, 0.0)
+
+    def _output_fisher(self, out: Tensor, w2: Tensor, x: Tensor, theta: Tensor) -> tuple[Tensor, Tensor]:
+        """``(diag F [..., M, d, O], W2[:, h]^T F W2[:, h] [..., M, d, H])`` at the outputs ``out [..., M, d, O]`` of the rows ``x``."""
+        raise NotImplementedError
+
+    def _extra_fisher(self, out: Tensor, x: Tensor, theta: Tensor) -> Tensor:
+        """The Fisher diagonal of the per-node extras ``[..., M, d, extra]`` at the outputs ``out`` of the rows ``x`` (none by default)."""
+        return out.new_zeros(*out.shape[:-1], self.extra)
+
+    def _fisher_product(self, out: Tensor, x: Tensor, theta: Tensor, v: Tensor) -> Tensor:
+        """:math:`F v` ``[..., M, d, O]``: the outputs' Fisher information at ``out`` applied to ``v``."""
+        raise NotImplementedError
+
+    def _extras(self, theta: Tensor) -> Tensor:
+        """``[..., d, extra]`` float64: the per-node parameters after the network's (always active)."""
+        return theta.to(torch.float64).unflatten(-1, (self.d, self.block))[..., self.block - self.extra :]
+
+
+class MLPGaussian(MaskedMLP):
+    """Nonlinear Gaussian CPDs (Lorch et al. 2021, the nonlinear Gaussian networks of its experiments; Deleu et al. 2023, section 5.2): :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x), \\sigma^2)`.
+
+    ``MLP_j`` reads the raw values of all variables (:math:`F = 1`), the first-layer columns of non-parents masked,
+    ``hidden`` ReLU units and one linear output; block ``[W1 (H x d) | b1 (H) | W2 (H) | b2 (1)]``, :math:`(d + 2) H + 1`
+    per node (:math:`5d + 11` with 5 units: :math:`P = 2{,}220` at :math:`d = 20`).
+
+    Args:
+        data: ``[N, d]`` observations.
+        obs_var: :math:`\\sigma^2`, fixed (0.01: noise std 0.1).
+        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+    """
+
+    kind = "continuous"
+
+    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 5, interventions: Tensor | None = None):
+        check_variance("MLPGaussian", "obs_var", obs_var)
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
+        self.obs_var = float(obs_var)
+        self._layout(hidden, 1, 1)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The raw values: ``[M, d]``."""
+        return x
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log \\mathcal N(x_{nj}; \\mathrm{MLP}_j(x_n), \\sigma^2)` ``[...]`` in ``theta``'s dtype (float64 inside).
+
+        ``theta [..., P]`` broadcasts with ``adj [..., d, d]``; with ``rows [M]`` the unbiased
+        :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13). Memory: the hidden layer is
+        ``S * B * M * d * H`` doubles for ``theta [S, B, P]`` (80 MB at ``S = B = 32``, ``M = 100``, ``d = 20``, ``H = 5``),
+        and the same again for its gradient.
+        """
+        x, scale = self._rows(rows)  # [M, d]
+        mean = self._outputs(adj, theta, x)[..., 0]  # [..., M, d]
+        terms = -0.5 * (x - mean).square() / self.obs_var - 0.5 * (LOG_2PI + math.log(self.obs_var))
+        return (self._observed_sum(terms, rows) * scale).to(theta.dtype)
+
+    def _output_fisher(self, out, w2, x, theta):
+        """:math:`F = 1/\\sigma^2` for the mean."""
+        fisher = torch.full(out.shape, 1.0 / self.obs_var, dtype=torch.float64)
+        return fisher, (w2[..., 0, :].square() / self.obs_var)[..., None, :, :].expand(*out.shape[:-1], self.hidden)
+
+    def _fisher_product(self, out, x, theta, v):
+        return v / self.obs_var
+
+
+class CategoricalMLP(MaskedMLP):
+    """Categorical CPDs for discrete data (Deleu et al. 2023, section 5.3): :math:`x_j \\sim \\mathrm{Cat}(\\mathrm{softmax}\\,\\mathrm{MLP}_j(\\mathrm{onehot}(x)))`.
+
+    Data are states :math:`x_{nj} \\in \\{0, \\dots, K - 1\\}`; ``MLP_j`` reads the one-hot codes of all variables
+    (:math:`F = K`, column ``i * K + s`` is :math:`[x_i = s]`), the columns of non-parents masked, ``hidden`` ReLU units
+    and :math:`K` logits; block ``[W1 (H x dK) | b1 (H) | W2 (K x H) | b2 (K)]``:
+    :math:`P = d\\,(dKH + H + KH + K)` (6,545 at :math:`d = 11`, :math:`K = 3`, :math:`H = 16`).
+
+    Args:
+        data: ``[N, d]`` integer states (any dtype holding whole numbers >= 0); kept as long.
+        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+        n_states: :math:`K`; ``None``: the largest state + 1, at least 2.
+    """
+
+    kind = "categorical"
+
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, n_states: int | None = None, interventions: Tensor | None = None):
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
+        bad = (self.data != self.data.round()) | (self.data < 0)
+        if bad.any():
+            n, j = bad.nonzero()[0].tolist()
+            raise ValueError(f"CategoricalMLP: data must be integer states 0, 1, ..., K - 1; got {float(self.data[n, j])!r} at row {n}, column {j} (use a continuous model for real-valued data)")
+        largest = int(self.data.max())
+        if n_states is None:
+            n_states = max(2, largest + 1)
+        elif int(n_states) != n_states or n_states < 2 or n_states <= largest:
+            raise ValueError(f"CategoricalMLP: n_states must be an integer >= 2 above the largest state {largest}; got {n_states!r}")
+        self.data, self.n_states = self.data.long(), int(n_states)
+        self._layout(hidden, self.n_states, self.n_states)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The one-hot codes: ``[M, d * K]`` float64."""
+        return F.one_hot(x, self.n_states).flatten(-2).to(torch.float64)
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log \\mathrm{softmax}(\\mathrm{MLP}_j(x_n))_{x_{nj}}` ``[...]``, w.r.t. counting measure on the states, in ``theta``'s dtype.
+
+        Broadcasting and ``rows`` as :meth:`MLPGaussian.log_likelihood`; memory ``S * B * M * d * max(H, K)`` doubles.
+        """
+        x, scale = self._rows(rows)  # [M, d] long
+        log_p = self._outputs(adj, theta, x).log_softmax(-1)  # [..., M, d, K]
+        observed = log_p.gather(-1, x[..., None].expand(*log_p.shape[:-1], 1))[..., 0]  # [..., M, d]
+        return (self._observed_sum(observed, rows) * scale).to(theta.dtype)
+
+    def _output_fisher(self, out, w2, x, theta):
+        """:math:`F = \\mathrm{diag}(p) - p p^\\top` of the logits, :math:`p = \\mathrm{softmax}(o)`, so :math:`w^\\top F w = \\sum_k p_k w_k^2 - (\\sum_k p_k w_k)^2`."""
+        p = out.softmax(-1)  # [..., M, d, K]
+        quad = torch.einsum("...mjk,...jkh->...mjh", p, w2.square()) - torch.einsum("...mjk,...jkh->...mjh", p, w2).square()
+        return p * (1 - p), quad
+
+    def _fisher_product(self, out, x, theta, v):
+        p = out.softmax(-1)
+        return p * v - p * (p * v).sum(-1, keepdim=True)
+
+
+class ZeroInflatedMLP(MaskedMLP):
+    """Zero-inflated Normal CPDs (Deleu et al. 2023, eq. D.18, for gene expression with dropouts):
+
+    .. math:: P(x_j | x_{\\mathrm{Pa}(j)}) = \\alpha_j \\delta_0 + (1 - \\alpha_j)\\, \\mathcal N(\\mathrm{MLP}_j(x), \\sigma_j^2),
+
+    :math:`\\alpha_j = \\mathrm{sigmoid}(a_j)`, :math:`\\sigma_j = e^{s_j}`, with ``MLP_j`` as in :class:`MLPGaussian` (raw
+    inputs, first-layer columns of non-parents masked, ``hidden`` ReLU units, one output). The reference measure of
+    one observation is :math:`\\delta_0 + \\lambda` (an atom at 0 plus Lebesgue measure), and the density w.r.t. it is
+
+    .. math:: f(x_j) = \\alpha_j \\ \\text{if}\\ x_j = 0, \\qquad f(x_j) = (1 - \\alpha_j)\\, \\mathcal N(x_j; \\mathrm{MLP}_j(x), \\sigma_j^2) \\ \\text{otherwise}
+
+    (the Normal part puts no mass on the point 0, the atom none on :math:`x \neq 0`). Block ``[W1 (H x d) | b1 (H) |
+    W2 (H) | b2 (1) | a_j | s_j]``: :math:`(d + 2) H + 3` per node, **61,671 at d = 61, H = 16** (the paper's count);
+    ``a_j`` and ``s_j`` are always active, under the same N(0, ``prior_var``) prior as every parameter.
+
+    Args:
+        data: ``[N, d]`` observations; exact zeros are the dropouts.
+        prior_var, graph_prior, edges_per_node, interventions: as in :class:`~.cpd_base.CPDBase`.
+        hidden: :math:`H`, hidden units per node.
+    """
+
+    kind = "continuous"
+
+    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, interventions: Tensor | None = None):
+        super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
+        self._layout(hidden, 1, 1, extra=2)
+
+    def encode(self, x: Tensor) -> Tensor:
+        """The raw values: ``[M, d]``."""
+        return x
+
+    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
+        """:math:`\\sum_n \\sum_j \\log f(x_{nj})` (class docstring) ``[...]`` w.r.t. :math:`(\\delta_0 + \\lambda)^{\\otimes Nd}`, in ``theta``'s dtype; broadcasting and ``rows`` as :meth:`MLPGaussian.log_likelihood`."""
+        x, scale = self._rows(rows)  # [M, d]
+        mean = self._outputs(adj, theta, x)[..., 0]  # [..., M, d]
+        a, s = self._extras(theta).unbind(-1)  # [..., d] each
+        a, s = a[..., None, :], s[..., None, :]
+        normal = F.logsigmoid(-a) - 0.5 * ((x - mean) / s.exp()).square() - s - 0.5 * LOG_2PI
+        terms = torch.where(x == 0, F.logsigmoid(a), normal)
+        return (self._observed_sum(terms, rows) * scale).to(theta.dtype)
+
+    def _inverse_variance(self, x: Tensor, theta: Tensor) -> Tensor:
+        """:math:`1/\\sigma_j^2` on the non-zero entries of the rows ``x``, 0 on the dropouts: ``[..., M, d]``."""
+        return (x != 0).double() * (-2 * self._extras(theta)[..., 1][..., None, :]).exp()
+
+    def _output_fisher(self, out, w2, x, theta):
+        """The mean: :math:`1/\\sigma_j^2` on the non-zero entries (0 on the dropouts, whose density does not read it)."""
+        inv_var = self._inverse_variance(x, theta)
+        return inv_var[..., None], w2[..., 0, :][..., None, :, :].square() * inv_var[..., None]
+
+    def _extra_fisher(self, out, x, theta):
+        """:math:`a_j`: :math:`\\alpha_j (1 - \\alpha_j)` on every entry; :math:`s_j`: 2 on the non-zero entries (the Fisher
+        information of a Normal's log-scale)."""
+        a = self._extras(theta)[..., 0]  # [..., d]
+        ones = torch.ones(*out.shape[:-1], dtype=torch.float64)  # [..., M, d]
+        alpha = torch.sigmoid(a)[..., None, :] * ones
+        return torch.stack([alpha * (1 - alpha), 2 * (x != 0).double() * ones], -1)
+
+    def _fisher_product(self, out, x, theta, v):
+        return v * self._inverse_variance(x, theta)[..., None]
+
+
+# ---------------------------------------------------------------- registry
+
+
+CPD_MODELS: dict[str, type[CPDBase]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP, "zi-mlp": ZeroInflatedMLP}
+_SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node", "interventions")  # of make_model, not a model's own options
+
+
+def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None, **kw) -> CPDBase:
+    """The model ``CPD_MODELS[name]`` on ``data [N, d]``; ``kw`` are that model's own options (``hidden``, ``n_states``).
+
+    ``obs_var`` goes to the models with a fixed noise variance only (a categorical CPD has none, a zero-inflated one
+    learns its own); ``interventions [N, d]`` (perfect interventions, :class:`~.cpd_base.CPDBase`) to those that take
+    them. One-line ``ValueError`` for an unknown name (listing the valid ones), an option the model does not take,
+    interventions it does not take, or data it cannot model.
+    """
+    if name not in CPD_MODELS:
+        raise ValueError(f"make_model: unknown CPD model {name!r}; choose one of {tuple(CPD_MODELS)}")
+    cls = CPD_MODELS[name]
+    own = tuple(p for p in inspect.signature(cls).parameters if p not in _SHARED_ARGUMENTS)
+    unknown = sorted(set(kw) - set(own))
+    if unknown:
+        raise ValueError(f"make_model: {name!r} takes no option {unknown}; its options: {own}")
+    noise = {"obs_var": obs_var} if "obs_var" in inspect.signature(cls).parameters else {}
+    device = torch.get_default_device()  # data read or simulated on the CPU go where the run computes (--device)
+    data = data.to(device)
+    if interventions is not None:
+        interventions = interventions.to(device)
+        if not cls.interventional:
+            raise ValueError(f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}")
+        kw["interventions"] = interventions
+    return cls(data, prior_var=prior_var, graph_prior=graph_prior, edges_per_node=edges_per_node, **noise, **kw)
+
+
+# ---------------------------------------------------------------- simulated nonlinear data
+
+
+def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0, hidden: int = 5) -> SimulatedData:
+    """:math:`G \\sim \\mathrm{ER}(p)` (:func:`~.bayesnet.random_er_dag`, as :func:`~.bayesnet.simulate_er`), the parameters of
+    :class:`MLPGaussian` :math:`\\sim \\mathcal N(0, 1)` on :math:`\\Theta_G` (0 elsewhere), and ancestral sampling
+    :math:`x_j = \\mathrm{MLP}_j(x) + \\varepsilon_j`, :math:`\\varepsilon_j \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, in a
+    topological order (as the nonlinear Gaussian networks of Lorch et al. 2021).
+
+    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 1)]`` in :class:`MLPGaussian`'s layout.
+    Deterministic given ``seed`` (numpy ``Generator``).
+    """
+    check_simulation("simulate_mlp", d, edges_per_node, n_train, n_valid, obs_std)
+    _check_hidden("simulate_mlp", hidden)
+    rng = np.random.default_rng(seed)
+    adj, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj)
+    block = (d + 2) * hidden + 1
+    theta = torch.where(mlp_active(adj, hidden, 1, 1), torch.from_numpy(rng.normal(size=d * block)), 0.0)
+    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
+    for j in order.tolist():  # the parents of j are filled in; the other columns are masked
+        x[:, j] = mlp_outputs(theta.view(d, block), x, hidden, 1)[:, j, 0] + noise[:, j]
+    return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
+
+
+def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha: float = 0.3, obs_std: float = 0.1, seed: int = 0, hidden: int = 16) -> SimulatedData:
+    """Zero-inflated data with a known graph: :math:`G` and the network parameters as :func:`simulate_mlp` (:math:`\\mathcal N(0, 1)`
+    on :math:`\\Theta_G`), :math:`\\alpha_j` = ``alpha`` and :math:`\\sigma_j` = ``obs_std`` for every node, and ancestral
+    sampling :math:`x_j = 0` with probability :math:`\\alpha_j`, else :math:`\\mathrm{MLP}_j(x) + \\sigma_j \\varepsilon`.
+
+    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 3)]`` in :class:`ZeroInflatedMLP`'s layout
+    (:math:`a_j = \\mathrm{logit}\\,\\alpha`, :math:`s_j = \\log \\sigma`). Deterministic given ``seed``.
+    """
+    check_simulation("simulate_zi", d, edges_per_node, n_train, n_valid, obs_std)
+    _check_hidden("simulate_zi", hidden)
+    if not 0 <= alpha < 1:
+        raise ValueError(f"simulate_zi: alpha must be in [0, 1); got {alpha!r}")
+    rng = np.random.default_rng(seed)
+    adj, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj)
+    net = (d + 2) * hidden + 1
+    theta = torch.where(mlp_active(adj, hidden, 1, 1, 2), torch.from_numpy(rng.normal(size=d * (net + 2))), 0.0).view(d, net + 2)
+    theta[:, net] = math.log(alpha / (1 - alpha)) if alpha > 0 else -30.0
+    theta[:, net + 1] = math.log(obs_std)
+    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
+    dropout = torch.from_numpy(rng.random((n_train + n_valid, d)) < alpha)
+    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
+    for j in order.tolist():
+        value = mlp_outputs(theta[:, :net], x, hidden, 1)[:, j, 0] + noise[:, j]
+        x[:, j] = torch.where(dropout[:, j], 0.0, value)
+    return SimulatedData(adj, theta.flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])

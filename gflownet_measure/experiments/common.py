@@ -1,0 +1,284 @@
+"""Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Callable, Mapping, NamedTuple
+
+import torch
+from torch import nn
+
+from gflownet_measure.checks import probe_contracts
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.metrics import log_weights, log_z_bounds
+from gflownet_measure.objectives import GFlowNet, Objective
+from gflownet_measure.options import Setting
+from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
+from gflownet_measure.trajectories import Trajectories
+
+from .run_folder import load_run_config
+from .settings import ConfigError
+from .training_config import TrainingConfig
+
+__all__ = ["EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_atomic", "write_json", "run_many", "make_scheduler", "train_gflownet", "configure", "learned_log_Z", "final_samples"]
+
+CONTRACT_STATES = 4
+"""Random points per piece of nu and of the terminal measure at which a run probes the shape contracts of its space,
+policies and state flow (:mod:`gflownet_measure.contracts`) once, before the first update: a log-reward ``[B, 1]``
+would otherwise train silently to a wrong log Z."""
+
+# How a multi-run experiment spreads its runs: processes on this machine, or tasks on a Ray cluster. Table-level
+# settings: they are not passed to the runs, whose folders, seeds and results are the same either way.
+EXECUTION_SETTINGS = {
+    "jobs": Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1); with executor=ray, the runs in flight on the cluster", low=1),
+    "executor": Setting("local", "where the runs train: local (a process pool here) or ray (tasks on a Ray cluster; pip install -e '.[cluster]')", choices=("local", "ray")),
+    "address": Setting("", "Ray cluster to join with executor=ray (auto, ray://HOST:10001; empty: start a Ray instance on this machine)"),
+}
+
+
+def run_id(cfg: dict) -> dict:
+    """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the seed
+    (``torch.initial_seed()``, set from ``--seed`` before the run), the resolved settings, and the SHA-256 of every file a
+    setting names (``data=``: a resume refuses a checkpoint trained on other data, even under the same path)."""
+    files = {k: _sha256(v) for k, v in cfg.items() if isinstance(v, str) and v and os.path.isabs(v) and os.path.isfile(v)}
+    return {"seed": torch.initial_seed(), "settings": cfg, "data": files or None}
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then the file renamed into place: a reader never sees half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    """``obj`` as indented JSON at ``path``, written atomically (:func:`write_atomic`)."""
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
+
+
+class SubRun(NamedTuple):
+    """One run of a multi-run experiment: its folder, seed, settings and extra keyword arguments of the run function."""
+
+    out: Path
+    seed: int
+    cfg: dict
+    kwargs: dict = {}
+
+
+def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker: tuple[int, torch.device] | None = None) -> dict:
+    """Train one :class:`SubRun` in its folder (kept if finished and ``resume``; continued from its checkpoint) and return its metrics.
+
+    On resume a folder's ``config.json`` must hold the job's seed and settings (a run trained by ``gflownet-measure run``
+    with the same seed and settings qualifies): anything else raises :class:`~gflownet_measure.experiments.settings.ConfigError`.
+
+    With ``diverged_ok`` a run that stops on a non-finite loss or gradient (:class:`~gflownet_measure.training.TrainingDiverged`)
+    is finished with the metrics ``{"diverged": message}`` instead of raising.
+    """
+    if worker is not None:  # a fresh process: the parent's torch thread count and default device
+        torch.set_num_threads(worker[0])
+        use_device(worker[1])
+    job.out.mkdir(parents=True, exist_ok=True)
+    done = job.out / "metrics.json"
+    saved = job.out / "config.json"
+    if resume and saved.exists():
+        try:
+            record = load_run_config(saved)
+        except ValueError as e:
+            raise ConfigError(f"--resume: {e}; move {job.out} away to train it afresh") from None
+        if record.get("seed") != job.seed or record.get("settings") != json.loads(json.dumps(job.cfg)):
+            raise ConfigError(f"--resume: {job.out} holds a run with another seed or other settings than this experiment's; move it away to train it afresh")
+    if not (resume and done.exists()):
+        seed_everything(job.seed)
+        write_json(job.out / "config.json", {"seed": job.seed, "settings": job.cfg})
+        try:
+            metrics = run_fn(job.cfg, job.out, resume and has_checkpoint(job.out), **job.kwargs)
+        except TrainingDiverged as e:
+            if not diverged_ok:
+                raise
+            metrics = {"diverged": str(e)}
+        write_json(done, metrics)
+    return json.loads(done.read_text())
+
+
+def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False, executor: str = "local", address: str = "") -> list[dict]:
+    """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other),
+    or, with ``executor="ray"``, as tasks of the Ray cluster at ``address`` (:func:`gflownet_measure.experiments.cluster.run_on_ray`).
+
+    ``run_fn(cfg, out, resume, **kwargs) -> metrics`` must be a module-level function (it is pickled by name).
+    Each worker runs with this process's torch thread count and default device; an error in any job is raised here
+    once the jobs already handed to the workers have finished (the rest are dropped), except, with ``diverged_ok``, a diverged
+    training, whose metrics are then ``{"diverged": message}`` (a table reports such a row as the paper reports an
+    unstable one). Workers end with this process (:func:`_exit_with_parent`).
+    """
+    if executor == "ray":
+        from .cluster import run_on_ray
+
+        return run_on_ray(_one, run_fn, jobs, resume, diverged_ok, workers, address)
+    if workers <= 1 or len(jobs) <= 1:
+        return [_one(run_fn, job, resume, diverged_ok) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    lifeline, keep = context.Pipe(duplex=False)  # workers hold the read end; this process the write end, closed on exit or Ctrl-C
+    pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=context, initializer=_exit_with_parent, initargs=(lifeline,))
+    worker = (torch.get_num_threads(), torch.get_default_device())
+    futures = [pool.submit(_one, run_fn, job, resume, diverged_ok, worker) for job in jobs]
+    try:
+        return [f.result() for f in futures]
+    except KeyboardInterrupt:  # Ctrl-C: the workers stop now; each run keeps its last checkpoint for --resume
+        keep.close()
+        raise
+    finally:  # after an error: jobs already in the workers' queue still run (their folders stay resumable), the rest never start
+        pool.shutdown(wait=True, cancel_futures=True)
+        keep.close()
+
+
+def _exit_with_parent(lifeline) -> None:
+    """Worker initialiser: end this process as soon as the parent closes its end of ``lifeline`` (on Ctrl-C), or dies.
+
+    A parent killed by a signal (``kill``, a scheduler's time limit) runs no clean-up, and a pool worker only reads its
+    queue between jobs: without this it would train its current run to the end as an orphan. The kernel closes a dead
+    process's descriptors, so the worker sees the end of the pipe either way. Killed mid-run, the run's folder keeps its
+    last checkpoint (saved atomically), so ``--resume`` continues it. Ctrl-C reaches every process of the terminal's
+    group: workers ignore it and leave the message to the parent, so one line is printed, not a traceback per worker.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        try:
+            lifeline.recv()  # nothing is ever sent: this returns, or raises EOFError, when the write end is closed
+        except (EOFError, OSError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+class WallClock:
+    """The wall-clock seconds a run folder has taken, summed over the invocations that a ``--resume`` joins.
+
+    Kept in ``out/wall_clock.json``, rewritten atomically every ``every`` seconds by a daemon thread and on exit, so
+    an invocation killed by a signal loses at most ``every`` seconds of its count. Use it as a context manager.
+    """
+
+    FILE = "wall_clock.json"
+
+    def __init__(self, out: Path, resume: bool, every: float = 30.0):
+        self._path, self._every = out / self.FILE, every
+        self._before = self._read() if resume and self._path.exists() else 0.0
+        self._stop = threading.Event()
+
+    def _read(self) -> float:
+        """The seconds saved by earlier invocations; an unreadable file (a disk that filled up) counts as 0, with a warning."""
+        try:
+            seconds = float(json.loads(self._path.read_text())["seconds"])
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            warnings.warn(f"{self._path} cannot be read ({type(e).__name__}); the wall clock restarts from 0 for this folder", stacklevel=3)
+            return 0.0
+        return seconds
+
+    def seconds(self) -> float:
+        return self._before + time.perf_counter() - self._t0
+
+    def _write(self) -> None:
+        write_json(self._path, {"seconds": self.seconds()})
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self._every):
+            self._write()
+
+    def __enter__(self) -> "WallClock":
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._tick, name="wall-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._write()
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, training: TrainingConfig):
+    """Every learning rate (all groups, log Z included) times ``lr_gamma`` at each multiple of ``lr_milestone``, or ``None``.
+
+    ``StepLR`` rather than a list of milestones: the same rates, without a list as long as ``steps / lr_milestone``
+    (``steps=1e12 lr_milestone=1`` would not fit in memory).
+    """
+    if training.lr_milestone == 0:
+        return None
+    return torch.optim.lr_scheduler.StepLR(optimizer, training.lr_milestone, gamma=training.lr_gamma)
+
+
+def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, training: TrainingConfig, identity: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None, lr_modules: Mapping[str, float] | None = None) -> list[dict]:
+    """Train ``gfn`` with ``objective`` (its hyper-parameters set: :func:`configure`) as ``training`` says, with the shared
+    optimiser, schedule, clipping and checkpoints; ``identity`` is what the checkpoints record of the run (:func:`run_id`).
+
+    ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
+    ``"trajectories"`` the default is ``objective.sample``: ``training.batch_size`` fresh trajectories with
+    ``training.epsilon``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`); any other kind
+    (``"data"``, ``"transitions"``) needs its source, e.g. :class:`gflownet_measure.environments.dag_params.replay.EdgeReplay`. A source
+    that is an ``nn.Module`` (a replay buffer, walkers) is checkpointed with the run, and restored on resume.
+
+    ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
+    checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``training.lr_logZ``, a state flow at
+    ``training.lr_flow``, a learned P_B at ``training.lr_backward`` where it is not 0 (else at ``lr``); ``lr_modules``
+    (parameter-name prefix -> rate) other modules of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
+
+    Before anything else, the shape contracts of ``graph``, ``gfn.pf``, ``gfn.pb`` and ``gfn.log_F`` are probed at a few
+    states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contracts.ContractError`, one line, where one fails).
+    """
+    with torch.random.fork_rng():  # the probe's draws leave the run's random stream as it was
+        probe_contracts(graph, {"P_F": gfn.pf, "P_B": gfn.pb, "log_F": gfn.log_F}, CONTRACT_STATES)
+    if batches is None:
+        if objective.batch != "trajectories":
+            raise ValueError(f"objective {objective.name!r} trains on {objective.batch}: train_gflownet needs their source as batches=")
+
+        def batches(step: int):
+            return objective.sample(graph, gfn, training.batch_size, training.epsilon)
+
+    optimizer = make_optimizer(gfn, training.lr, training.lr_logZ, training.lr_flow, training.lr_backward or None, lr_modules)
+
+    def step_fn(step: int):
+        return objective(gfn, batches(step))
+
+    held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
+    state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
+    trainer = Trainer(state, optimizer, make_scheduler(optimizer, training), step_fn, evaluate, out, training.steps, training.eval_every, training.batch_size, training.grad_clip, identity, average)
+    return trainer.run(resume)
+
+
+def configure(objective: Objective, cfg: Mapping) -> Objective:
+    """``objective`` with the hyper-parameters that the run's settings ``cfg`` set, by name
+    (:meth:`~gflownet_measure.objectives.Objective.options`); the others keep their defaults."""
+    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(cfg)})
+
+
+def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> dict:
+    """``{"log_Z": value}`` read from ``gfn`` as ``objective`` defines it (:attr:`~gflownet_measure.objectives.Objective.log_Z`),
+    or ``{}`` for an objective that learns no log Z (the divergences, VarGrad)."""
+    return {} if objective.log_Z is None else {"log_Z": objective.log_Z(gfn, graph)}
+
+
+def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int) -> tuple[Trajectories, float, float]:
+    """``n`` on-policy trajectories and the two log Z estimates from them: (mean w, log-mean-exp w)."""
+    with torch.no_grad():
+        traj = sample_forward(graph, gfn.pf, n)
+        w = log_weights(traj.log_R, *log_densities(traj, gfn.pf, gfn.pb), traj.mask)
+    return (traj, *log_z_bounds(w))

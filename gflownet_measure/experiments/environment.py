@@ -1,0 +1,30 @@
+"""The door of every experiment into an environment: the registry :data:`gflownet_measure.environments.ENVIRONMENTS`, as ``check`` uses it."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from gflownet_measure.densities import Policy
+from gflownet_measure.environments import get_environment
+from gflownet_measure.graph import PointedGraph
+
+from .settings import build
+
+__all__ = ["Environment", "make_environment"]
+
+
+class Environment(NamedTuple):
+    """A registered environment built from a run's settings: its typed config, its graph and its untrained ``(P_F, P_B)``."""
+
+    config: Any
+    graph: PointedGraph
+    pf: Policy
+    pb: Policy
+
+
+def make_environment(name: str, cfg: dict) -> Environment:
+    """The environment registered as ``name`` from the resolved settings ``cfg`` (its config's fields are read, the rest
+    ignored): the config, then the graph, then the policies (:class:`~gflownet_measure.environments.EnvironmentSpec`)."""
+    spec = get_environment(name)
+    config = build(spec.config, cfg)
+    graph = spec.make_graph(config)
+    return Environment(config, graph, *spec.make_policies(graph, config))

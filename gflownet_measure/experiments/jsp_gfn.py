@@ -1,0 +1,447 @@
+"""`gflownet-measure run jsp-gfn` and `jsp-table`: the joint posterior over DAGs and CPD parameters (JSP-GFN).
+
+One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 'Training loop'), through the shared
+training path (:func:`~gflownet_measure.experiments.common.train_gflownet`): ``num_envs`` walkers grow graphs under the behaviour policy
+(uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to ``1 - min_exploration`` over the
+first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions fill a
+replay buffer (:class:`~gflownet_measure.environments.dag_params.replay.EdgeReplay`, the batch source of the ``transitions`` objective);
+each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the
+registered undirected SubTB objective (eq. 8), with a moving average of the weights (``ema``) as the sampler. The
+final sampler is scored against the exact posterior up to d = 5 (:mod:`gflownet_measure.environments.dag_params.evaluation`), by
+held-out NLL, E-SHD, AUROC and the log P_T vs log R fit beyond, beside the baselines of the ``baseline`` setting on the
+same data.
+
+``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, P]``, the CPD model's flat
+parameters (for a linear model ``P = d^2``, row-major: the weight of i -> j at ``i d + j``, 0 where absent), from
+``posterior_samples`` pure-policy rollouts of the core.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gflownet_measure.baselines import structure as structure_baselines
+from gflownet_measure.baselines.permutations import MAX_PERMUTATION_D
+from gflownet_measure.environments import dag_params as env
+from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
+from gflownet_measure.environments.dag_params.dags import MAX_ENUMERATE
+from gflownet_measure.environments.dag_params.evaluation import (
+    conditional_theta_metrics,
+    fit_metrics,
+    graph_metrics,
+    heldout_metrics,
+    mean_field_metrics,
+    posterior_metrics,
+    sample_metrics,
+)
+from gflownet_measure.environments.dag_params.exact import ExactPosterior
+from gflownet_measure.environments.dag_params.mcmc import gibbs_mc3, mh_mc3
+from gflownet_measure.environments.dag_params.metrics import feature_metrics
+from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
+from gflownet_measure.environments.dag_params.replay import EdgeReplay
+from gflownet_measure.environments.dag_params.sampling import posterior_samples
+from gflownet_measure.objectives import GFlowNet
+from gflownet_measure.options import Setting
+from gflownet_measure.training import WeightAverage, seeded_generator
+
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
+from .memory import require_memory
+from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
+from .registry import Experiment, register
+from .settings import ConfigError, build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
+
+MCMC = {"gibbs": gibbs_mc3, "mh": mh_mc3}
+BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS", "bcd": "BCD Nets"}
+"""The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`gflownet_measure.environments.dag_params.mcmc`) and the
+structure learners of :mod:`gflownet_measure.baselines.structure` (optional extra ``baselines``)."""
+
+SETTINGS = {
+    **env.SETTINGS,
+    **training_settings(without=("steps", "batch_size", "lr_logZ", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no log Z, no state flow, replayed batches
+    "steps": Setting(2000, "gradient updates (one per environment step of every graph)", low=1),
+    "batch_size": Setting(64, "replayed edge transitions per update", low=1),
+    "lr_theta": Setting(0.0, "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression", low=0.0),
+    "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
+    "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
+    "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
+    "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
+    "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0),
+    "anneal_fraction": Setting(0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0),
+    "delta": Setting(1.0, "Huber threshold of eq. 8 (> 0)", low=1e-6),
+    "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
+    "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
+    "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
+    "exact": Setting("auto", "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)", choices=("auto", "on", "off")),
+    "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
+    "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
+    "fit_budget": Setting(4.0, "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly", low=0.0),
+    "fit_orders": Setting(1000, "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it", low=1),
+    "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3, linear models), mh (MH-MC3, joint theta moves, every model), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7); none. What cannot run is skipped (baselines.json says why)"),
+    "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
+    "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
+    "bcd_steps": Setting(20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1),
+    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
+    "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
+}
+
+PRESETS = {
+    # d = 3 in about a minute; the weight average's horizon is 100 updates (docs/results.md, section 4: 'The sampler', 'd = 3, quick preset')
+    "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500, "ema": 0.99},
+    # d = 20 on a CPU: a budget that keeps the lookahead's start, not convergence (docs/results.md, section 4: 'd = 20 with the solver head and the lookahead')
+    "d20": {"d": 20, "edges_per_node": 2.0, "theta_head": "solver", "lookahead": "auto", "steps": 1000, "batch_size": 32, "theta_samples": 4, "prefill": 50, "replay_capacity": 20000, "lr": 3e-6, "anneal_fraction": 1e-6, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 50, "fit_orders": 100, "posterior_samples": 1000},
+    # the Sachs data: a BDeu lookahead start, a slow structure policy and a fast theta head (docs/results.md, section 8: 'Off the empty graph')
+    "sachs": {"data": "sachs", "model": "categorical-mlp", "lookahead": "on", "steps": 1000, "batch_size": 16, "theta_samples": 4, "batch_size_data": 128, "prefill": 200, "replay_capacity": 20000, "lr": 3e-6, "lr_theta": 3e-4, "anneal_fraction": 0.5, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 200, "posterior_samples": 500, "baseline": "mh,gibbs", "mcmc_steps": 200},
+    # the paper's d = 5 problem at a CPU budget (docs/results.md, section 4: 'How the paper preset was reached', 'Preset history', 'Changes tested at 20,000 updates')
+    "paper": {"d": 5, "model": "lingauss-full", "steps": 40000, "batch_size": 64, "theta_samples": 64, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 10000, "lr_gamma": 0.5, "anneal_fraction": 0.25, "eval_every": 2000},
+}
+
+
+def exploration(cfg: dict, step: int) -> float:
+    """Probability of a uniform move at update ``step``: :math:`1 - \\min(1, k / (fK))\\,(1 - \\epsilon_{min})`, ``f = anneal_fraction``."""
+    return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
+
+
+def _exact(cfg: dict, d: int) -> bool:
+    """Whether a run scores against the exact posterior: ``exact=on``, or ``auto`` with ``d <= 5`` and a linear-Gaussian model (setting ``exact``)."""
+    linear = env.MODELS[cfg["model"]][0] == "lingauss"
+    return cfg["exact"] == "on" or (cfg["exact"] == "auto" and d <= MAX_ENUMERATE and linear)
+
+
+def _problem(space: env.DagParamsConfig) -> env.Problem:
+    """The data and model ``space`` names; data that cannot be read or modelled is a :class:`ConfigError`."""
+    try:
+        return env.make_problem(space)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def baseline_names(cfg: dict) -> list[str]:
+    """The ``baseline`` setting as a list (``none``: empty); a name outside :data:`BASELINE_NAMES` is a :class:`ConfigError`."""
+    names = [v.strip() for v in str(cfg["baseline"]).split(",") if v.strip() and v.strip() != "none"]
+    unknown = [v for v in names if v not in BASELINE_NAMES]
+    if unknown:
+        raise ConfigError(f"baseline={cfg['baseline']!r}: unknown {', '.join(unknown)}; valid: none or a comma-separated list of {', '.join(BASELINE_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+def _baseline_samples(name: str, cfg: dict, problem, seed: int):
+    """``(graphs, thetas or None, seconds)`` of baseline ``name`` on the run's training data, or the reason it cannot run."""
+    model = problem.model
+    linear = isinstance(model, LinearGaussian)
+    if name in MCMC:
+        if name == "gibbs" and not linear:
+            return "Gibbs-MC3 draws theta from the conjugate linear-Gaussian posterior; this model has none (use mh)"
+        per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
+        thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
+        r = MCMC[name](model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
+        return r.graphs, r.thetas, r.seconds, {"acceptance": r.acceptance}
+    ok, reason = structure_baselines.available(name)
+    if not ok:
+        return reason
+    function = structure_baselines.load(name)
+    if name == "dibs" and not hasattr(model, "obs_var"):
+        return "DiBS here models Gaussian CPDs with a fixed noise variance (linear or MLP); this model has none"
+    if name == "dibs":
+        r = function(model, seed=seed, steps=cfg["dibs_steps"], nonlinear=not linear, edges_per_node=cfg["edges_per_node"])
+        if not len(r.graphs):
+            return "every DiBS particle ended cyclic"
+    elif name == "bcd" and (not linear or model.d > MAX_PERMUTATION_D):
+        return f"BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= {MAX_PERMUTATION_D} only"
+    elif name == "bcd":
+        r = function(model, n_samples=cfg["posterior_samples"], seed=seed, steps=cfg["bcd_steps"], edges_per_node=cfg["edges_per_node"])
+    elif not linear:
+        return f"{BASELINE_NAMES[name]} draws theta from the linear-Gaussian posterior: linear models only"
+    else:
+        r = function(model, n_samples=cfg["bootstraps"], seed=seed)
+    return r.graphs, r.thetas, r.seconds, {"discarded": r.discarded}
+
+
+def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path) -> dict:
+    """Every baseline of the ``baseline`` setting on the same data, its metrics prefixed by its name (``b-ges`` -> ``b_ges_``):
+    the sample metrics of :func:`sample_metrics` (held-out NLL where it has theta in the model's layout, E-SHD, AUROC) and,
+    with the exact posterior, its marginals' RMSEs and theta NLL. ``baselines.json`` records which ran and why others were skipped."""
+    metrics, record = {}, {}
+    for name in baseline_names(cfg):
+        result = _baseline_samples(name, cfg, problem, seed)
+        if isinstance(result, str):
+            record[name] = f"skipped: {result}"
+            print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
+            continue
+        graphs, thetas, seconds, extra = result
+        np.savez(out / f"baseline_{name}.npz", graphs=graphs.cpu().numpy().astype(np.uint8))
+        m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
+        if exact is not None:
+            m |= feature_metrics(graphs, exact.features())
+            if thetas is not None:
+                m["theta_nll"] = float(exact.theta_metric(graphs, thetas.double()).mean())
+        prefix = name.replace("-", "_") + "_"
+        metrics |= {prefix + k: v for k, v in (m | extra | {"seconds": seconds, "samples": len(graphs)}).items()}
+        record[name] = "ran"
+    if record:
+        (out / "baselines.json").write_text(json.dumps(record, indent=1) + "\n")
+    return metrics
+
+
+def run(cfg: dict, out: Path, resume: bool) -> dict:
+    space = build(env.DagParamsConfig, cfg)
+    problem = _problem(space)
+    graph = env.make_graph(space, problem)
+    pf, pb = env.make_policies(graph, space, problem)
+    model, d = problem.model, graph.kappa.d
+    replay = EdgeReplay(graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step))
+    if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
+        replay.prefill(cfg["prefill"])
+    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
+    sampler = pf if ema is None else ema.module
+    exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
+
+    def scores(policy, prefix: str = "") -> dict:
+        if exact is not None:
+            m = graph_metrics(policy, exact)[0]
+            return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+        with torch.no_grad():
+            graphs, thetas = posterior_samples(graph, policy, cfg["eval_samples"])
+        return {prefix + k: v for k, v in sample_metrics(problem, graphs, thetas).items()}
+
+    def evaluate() -> dict:
+        return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
+
+    lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else None
+    history = train_gflownet(GFlowNet(pf, pb), graph, configure(UNDIRECTED_SUBTB, cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, replay, ema, lr_modules)
+    with torch.no_grad():
+        graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
+    np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
+    with torch.no_grad():
+        if exact is not None:
+            metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
+        else:
+            n_fit = min(cfg["fit_samples"], len(graphs))
+            metrics = sample_metrics(problem, graphs, thetas)
+            budget = cfg["fit_budget"] * cfg["steps"] * (2 * cfg["batch_size"] + cfg["num_envs"]) if cfg["fit_budget"] > 0 else None
+            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget)
+            metrics |= fit
+            if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
+                metrics["heldout_nll_truth"] = problem.heldout_nll_truth
+            if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
+                metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
+    metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
+    metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": model.n_params}
+    if exact is not None:
+        metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
+        if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
+            exact_draws = exact.sample(cfg["posterior_samples"], seeded_generator(int(torch.initial_seed())))
+            metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
+    metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out)
+    # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
+    # Markov blankets: such keys are left out, as metrics.json holds finite numbers only
+    metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
+    _figures(cfg, history, exact, arrays, out, d, model.n)
+    if problem.true_adj is not None and exact is None:
+        _edge_figure(cfg, problem, graphs, out)
+    return metrics
+
+
+def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
+    """``edge_marginals.png``: the samples' edge frequencies (and each baseline's, from its ``baseline_<name>.npz``) beside the known graph."""
+    marginals = {"JSP-GFN": graphs.double().mean(0).cpu().numpy()}
+    for name in baseline_names(cfg):
+        path = out / f"baseline_{name}.npz"
+        if path.exists():
+            with np.load(path) as z:
+                marginals[BASELINE_NAMES[name]] = z["graphs"].astype(float).mean(0)
+    names = list(problem.names) or [str(i) for i in range(problem.model.d)]
+    reference = "consensus graph" if cfg["data"] == "sachs" else "true graph"
+    plot_edge_marginals(marginals, problem.true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)")
+
+
+def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: int, n: int) -> None:
+    """``edge_rmse.png`` (or ``heldout_nll.png``) over training, and ``posterior.png``: the learned marginals against the exact
+    ones and log P_T against log R (or, beyond the exact posterior, log P_T against log R coloured by edge count)."""
+    title = f"JSP-GFN, d = {d}, N = {n}, {cfg['model']}"
+    if exact is not None:
+        plot_history(history, "edge_rmse", out / "edge_rmse.png", f"edge-marginal RMSE to the exact posterior (d = {d})")
+        off = ~np.eye(d, dtype=bool)
+        plot_scatter_panels(
+            [
+                ("edge marginals", arrays["edge_exact"][off], arrays["edge_model"][off], "exact P(i -> j | D)", "learned P_T(i -> j)", True),
+                ("terminal states", arrays["log_r"] - exact.log_normaliser(), arrays["log_pt"], "log R(G, theta) - log Z", "log P_T(G, theta)", False),
+            ],
+            out / "posterior.png",
+            title,
+        )
+        return
+    if any("heldout_nll" in h for h in history):
+        plot_history(history, "heldout_nll", out / "heldout_nll.png", f"expected held-out NLL of posterior samples (d = {d})", log_y=False)
+    plot_fit(arrays, out / "posterior.png", title)
+
+
+def update_bytes(cfg: dict, problem) -> float:
+    """Peak memory of one update, the largest of three estimates (bytes):
+
+    - the S x S residual pairs of eq. 8: about 3.3 d^2 bytes per transition and pair (measured at d = 3, 64 transitions,
+      S from 64 to 256: 29.5 bytes per pair);
+    - the CPDs' likelihood of S x B parameter draws at both ends on the mini-batch of M rows, kept for the backward pass:
+      8 bytes x 2 x S x B x M x d x width x 3, with width the hidden units of an MLP CPD (its largest intermediate) or d
+      for a linear one;
+    - the walkers' forward kernel: ``num_envs`` x d^2 atoms of d^2 + P + 1 numbers, three copies of 4 bytes.
+    """
+    model = problem.model
+    d, B, S = model.d, cfg["batch_size"], cfg["theta_samples"]
+    M = cfg["batch_size_data"] if 0 < cfg["batch_size_data"] < model.n else model.n
+    width = max(getattr(model, "hidden", d), getattr(model, "outputs", 1))
+    pairs = 3.3 * d * d * B * S**2
+    likelihood = 8 * 2 * S * B * M * d * width * 3
+    walkers = 12 * cfg["num_envs"] * d * d * (d * d + model.n_params + 1)
+    return max(pairs, likelihood, walkers)
+
+
+def validate(cfg: dict, d: int | None = None) -> None:
+    """The data (a user's CSV is read and checked), the baselines, the replay batch against the buffer, the mini-batch
+    against the rows, and the memory of one update (:func:`update_bytes`)."""
+    baseline_names(cfg)
+    space = build(env.DagParamsConfig, cfg | ({"d": d} if d else {}))
+    problem = _problem(space)
+    d = problem.model.d
+    if cfg["exact"] == "on" and d > MAX_ENUMERATE:
+        raise ConfigError(f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)")
+    if cfg["exact"] == "on" and not isinstance(problem.model, LinearGaussian):
+        raise ConfigError(f"exact=on needs the closed-form posterior of a linear-Gaussian model; model={cfg['model']} has none: use exact=auto or off")
+    if cfg["batch_size"] > cfg["replay_capacity"]:
+        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
+    if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
+        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}")
+    if cfg["batch_size_data"] > problem.model.n:
+        raise ConfigError(f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all")
+    require_memory(update_bytes(cfg, problem), f"d={d} with model={cfg['model']}, batch_size={cfg['batch_size']}, theta_samples={cfg['theta_samples']}")
+
+
+register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and CPD parameters (linear, MLP, categorical); against the exact posterior for d <= 5, by held-out NLL, E-SHD, AUROC and log P_T vs log R beyond", SETTINGS, PRESETS, run, validate))
+
+# --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
+
+PAPER = {  # Lahlou et al. 2023, Table 3 (GFlowNet row) and Deleu et al. 2023, Table D.1 (d = 5); docs/references.md, 'Table 3 and Table D.1'
+    "lahlou_table3": {
+        3: {"edge_rmse": 0.0150, "path_rmse": 0.00339, "markov_rmse": 0.0214, "theta_nll": -1.75},
+        4: {"edge_rmse": 0.0161, "path_rmse": 0.0107, "markov_rmse": 0.0238, "theta_nll": -3.06},
+        5: {"edge_rmse": 0.0180, "path_rmse": 0.0199, "markov_rmse": 0.0283, "theta_nll": -5.17},
+    },
+    "deleu_d1": {"edge_rmse": (0.018, 0.005), "path_rmse": (0.022, 0.005), "markov_rmse": (0.019, 0.006)},
+    "deleu_d1_mcmc": {"mh": {"edge_rmse": 0.357, "path_rmse": 0.368, "markov_rmse": 0.341}, "gibbs": {"edge_rmse": 0.357, "path_rmse": 0.367, "markov_rmse": 0.341}},
+}
+TABLE_KEYS = ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll", "theta_nll_exact")
+"""Rows of a table against the exact posterior (d <= 5)."""
+SAMPLE_KEYS = ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r")
+"""Rows of a table without it (Deleu et al. 2023, section 5.2: d = 20)."""
+BASELINE_KEYS = {True: ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll"), False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc")}
+
+
+def _dims(cfg: dict) -> list[int]:
+    """The ``dims`` setting as numbers; a value that is not a number of variables in ``2..MAX_NODES`` is a :class:`ConfigError`."""
+    try:
+        dims = [int(v) for v in str(cfg["dims"]).split(",")]
+    except ValueError:
+        dims = []
+    if not dims or any(not 2 <= v <= env.MAX_NODES for v in dims):
+        raise ConfigError(f"dims={cfg['dims']!r}: give comma-separated numbers of variables in 2..{env.MAX_NODES}, e.g. 3,4,5 or 20")
+    return dims
+
+
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
+    "dims": Setting("3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"),
+    "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
+    **EXECUTION_SETTINGS,
+}
+TABLE_PRESETS = {
+    "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
+    "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
+    "d20": {k: v for k, v in PRESETS["d20"].items() if k != "d"} | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,b-ges,b-pc,dibs"},
+}
+
+
+def run_table(cfg: dict, out: Path, resume: bool) -> dict:
+    """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the
+    paper (``d <= 5``) or beside the baselines (beyond)."""
+    seed = torch.initial_seed()
+    dims = _dims(cfg)
+    sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", *EXECUTION_SETTINGS)} | {"data": ""}
+    jobs = [SubRun(out / f"d{d}" / f"data{k}", seed + k, sub_cfg | {"d": d, "data_seed": k}) for d in dims for k in range(cfg["datasets"])]
+    results = iter(run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"]))
+    rows = {d: [next(results) for _ in range(cfg["datasets"])] for d in dims}
+    names = baseline_names(cfg)
+    history, lines, metrics = [], [], {}
+    for d, ms in rows.items():
+        exact = _exact(cfg, d)
+        keys = TABLE_KEYS if exact else SAMPLE_KEYS
+        for k, m in enumerate(ms):
+            history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in keys if key in m})
+        optional = ("last_edge_rmse", "last_path_rmse", "last_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "last_heldout_nll", "seconds")
+        optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))
+        extra = [key for key in optional if all(key in m for m in ms)]
+        _plot_table(d, ms, exact, names, out / f"table_d{d}.png")
+        graph = f"ER{cfg['edges_per_node']:g}"
+        lines += [f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)", f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
+        for key in tuple(k for k in keys if all(k in m for m in ms)) + tuple(extra):
+            v = np.array([m[key] for m in ms])
+            metrics[f"{key}/d{d}/mean"] = float(v.mean())
+            cell = f"{v.mean():.4g}"
+            if len(v) > 1:  # one dataset has no spread: the key is left out (metrics.json holds finite numbers only)
+                ci = metrics[f"{key}/d{d}/ci95"] = float(1.96 * v.std(ddof=1) / np.sqrt(len(v)))
+                cell += f" ± {ci:.2g}"
+            t3 = PAPER["lahlou_table3"].get(d, {}).get(key)
+            d1 = PAPER["deleu_d1"].get(key) if d == 5 else None
+            for b in names:
+                if key.startswith(b.replace("-", "_") + "_") and d == 5 and b in PAPER["deleu_d1_mcmc"]:
+                    d1 = (PAPER["deleu_d1_mcmc"][b].get(key[len(b) + 1 :]), None)  # the paper gives no spread for these rows
+            paper_d1 = "" if d1 is None or d1[0] is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
+            lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>18}")
+    skipped = sorted({line for d in dims for k in range(cfg["datasets"]) for line in _skipped(out / f"d{d}" / f"data{k}")})
+    lines += [f"\nbaseline {line}" for line in skipped]
+    lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
+    lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
+    lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
+    lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")
+    lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
+    write_table(out, "\n".join(lines).strip() + "\n", history, out / f"d{next(iter(rows))}" / "data0", ("posterior.png",))
+    return metrics | {"datasets": cfg["datasets"]}
+
+
+def _skipped(folder: Path) -> list[str]:
+    """The lines ``name: skipped: reason`` of a sub-run's ``baselines.json``."""
+    path = folder / "baselines.json"
+    if not path.exists():
+        return []
+    return [f"{name}: {state}" for name, state in json.loads(path.read_text()).items() if state != "ran"]
+
+
+@optional_figure
+def _plot_table(d: int, ms: list[dict], exact: bool, baselines: list[str], path: Path) -> None:
+    """``table_d<d>.png``: per dataset, the sampler beside its last iterate and each baseline: the three RMSEs and Params
+    against the exact posterior (beside the papers' means), or the held-out NLL, E-SHD and AUROC without it."""
+    panels = []
+    if exact:
+        for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
+            labels = {"JSP-GFN": f"{feature}_rmse", "last iterate": f"last_{feature}_rmse"} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{feature}_rmse" for b in baselines}
+            series = {label: [m[key] for m in ms] for label, key in labels.items() if all(key in m for m in ms)}
+            references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse"], 0.0)} if d in PAPER["lahlou_table3"] else {}
+            if d == 5:
+                references["Deleu et al. D.1"] = PAPER["deleu_d1"][f"{feature}_rmse"]
+            panels.append((f"{title} features: RMSE against the exact posterior", series, references))
+        series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
+        panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)} if d in PAPER["lahlou_table3"] else {}))
+    else:
+        for key, title in (("heldout_nll", "expected held-out NLL (nats)"), ("expected_shd", "E-SHD"), ("auroc", "AUROC of the edge marginals")):
+            labels = {"JSP-GFN": key} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{key}" for b in baselines}
+            series = {label: [m[k] for m in ms] for label, k in labels.items() if all(k in m for m in ms)}
+            panels.append((title, series, {}))
+    plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} datasets (lines: means)")
+
+
+register(Experiment("jsp-table", "Table 3 / C.2, D.1 (d <= 5, against the exact posterior) and section 5.2 (d = 20, held-out NLL, E-SHD, AUROC beside the baselines): JSP-GFN over datasets", TABLE_SETTINGS, TABLE_PRESETS, run_table, lambda cfg: validate(cfg | {"data": ""}, max(_dims(cfg))), multi_run=True))

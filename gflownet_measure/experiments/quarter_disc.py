@@ -1,0 +1,277 @@
+"""`gflownet-measure run quarter-disc` and `quarter-disc-figure1`: the continuous grid of Lahlou et al. 2023, section 4.1.
+
+Metrics (the public code's evaluation; docs/references.md, 'Quarter disc'): the JSD on a 100 x 100 grid (``linspace(0.001, 1, 100)``)
+between an exponential-kernel KDE (bandwidth 0.1) of ``eval_samples`` terminal states and (a) the exact
+normalised reward on the grid (``jsd_exact``), (b) the same KDE of as many rejection samples from R,
+bound 2.6 (``jsd_rejection``, the paper's procedure with the bound corrected). The floors are what a perfect
+sampler scores: ``jsd_floor`` is (a) for the rejection samples themselves, ``jsd_rejection_floor`` is (b) for a second,
+independent set of as many rejection samples.
+
+A KDE of bandwidth 0.1 cannot see the reward's 0.1-wide squares, so both JSDs pass a sampler that smooths them out.
+``level_tv`` sees it, without a KDE: the total variation between the fractions of the samples on each of the reward's
+three levels (0.1, 0.6, 2.6; :func:`gflownet_measure.environments.quarter_disc.reward_level`) and their exact masses
+(0.246, 0.413, 0.341; :func:`gflownet_measure.environments.quarter_disc.level_masses`), beside the fractions themselves
+(``level_mass_<v>``). Its floor ``level_tv_floor`` is the exact expected value for ``eval_samples`` exact samples
+(:func:`gflownet_measure.metrics.expected_sample_tv`); ``level_tv_exact_samples`` is the value of the rejection samples.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gflownet_measure.densities import Policy
+from gflownet_measure.environments import quarter_disc as env
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
+from gflownet_measure.options import Setting
+from gflownet_measure.rollout import sample_backward, sample_forward
+from gflownet_measure.training import seeded_generator
+
+from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
+from .environment import make_environment
+from .memory import require_memory
+from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
+from .registry import Experiment, register
+from .settings import build
+from .tables import write_table
+from .training_config import TrainingConfig, training_settings
+
+SETTINGS = {
+    **env.SETTINGS,
+    **training_settings(without=("lr_backward",)),
+    "objective": Setting("tb", "training objective (gflownet_measure.objectives; flow matching needs atoms only)", choices=objective_names(divergence=False, continuous=True), aliases=("loss",)),
+    "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
+    "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
+}
+
+_PAPER = {"steps": 20000, "batch_size": 128, "lr": 1e-3, "lr_logZ": 1e-3, "lr_flow": 1e-2, "lr_milestone": 2500, "lr_gamma": 0.5, "eval_every": 500}
+PRESETS = {
+    # under 2 minutes on one thread (docs/results.md, section 2: 'Quick preset, TB + learned P_B, rho = 0.25')
+    "quick": _PAPER | {"steps": 4000, "lr_logZ": 5e-2, "lr_milestone": 1000, "eval_every": 1000, "eval_samples": 4000},
+    "paper": _PAPER,  # main.py of the public code: Adam, batch 128, lr halved every 2,500 of 20,000 iterations
+}
+
+GRID = torch.linspace(0.001, 1.0, 100, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What every evaluation compares with: grid points, exact log R there, the rejection samples and their KDE;
+    ``control`` is a second set of rejection samples, drawn after ``samples`` from the same generator, for the floors;
+    the exact masses of the reward's levels."""
+
+    points: Tensor  # [G, 2]
+    log_R: Tensor  # [G]
+    samples: Tensor  # [K, 2]
+    log_kde: Tensor  # [G]
+    bandwidth: float
+    control: Tensor  # [K, 2]
+    masses: Tensor  # [3]: exact mass of each of env.LEVELS
+
+    @staticmethod
+    def build(n: int, bandwidth: float, seed: int) -> "Reference":
+        points = torch.cartesian_prod(GRID, GRID).to(torch.get_default_device())  # GRID is built at import, on the CPU
+        gen = seeded_generator(seed)
+        samples, control = (rejection_sample(env.log_reward, torch.zeros(2), torch.ones(2), math.log(env.REWARD_MAX), n, gen) for _ in range(2))
+        return Reference(points, env.log_reward(points), samples, kde_log_density(samples, points, bandwidth), bandwidth, control, env.level_masses())
+
+    def scores(self, x: Tensor) -> dict:
+        """The two JSDs and ``level_tv`` of the terminal states ``x [K, 2]`` (module docstring)."""
+        log_kde = kde_log_density(x, self.points, self.bandwidth)
+        return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde), "level_tv": total_variation(self.level_fractions(x), self.masses)}
+
+    def level_fractions(self, x: Tensor) -> Tensor:
+        """The fraction of ``x [K, 2]`` on each of the reward's levels, ``[3]`` float64."""
+        return torch.bincount(env.reward_level(x), minlength=len(env.LEVELS)).double() / len(x)
+
+    def floors(self) -> dict:
+        """What a perfect sampler scores at this sample size: ``jsd_floor`` (exact grid, the KDE's smoothing),
+        ``jsd_rejection_floor`` (rejection KDE, sampling noise of both KDEs), ``level_tv_floor`` (expected level TV of as many
+        exact samples) and ``level_tv_exact_samples`` (the rejection samples' level TV, one draw of it)."""
+        return {
+            "jsd_floor": grid_jsd(self.log_kde, self.log_R),
+            "jsd_rejection_floor": self.scores(self.control)["jsd_rejection"],
+            "level_tv_floor": expected_sample_tv(self.masses, len(self.samples)),
+            "level_tv_exact_samples": total_variation(self.level_fractions(self.samples), self.masses),
+        }
+
+    def level_report(self, x: Tensor) -> dict:
+        """The fraction of ``x`` on each level and the exact mass, keyed by the level's reward value (``level_mass_2.6``, ``level_mass_2.6_exact``)."""
+        return {f"level_mass_{v:g}{tail}": float(m) for tail, masses in (("", self.level_fractions(x)), ("_exact", self.masses)) for v, m in zip(env.LEVELS, masses)}
+
+
+@optional_figure
+def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
+    """Figure 2: R/Z, the KDE of the learned samples, P_F(s0, .) on [0, rho]^2 and the law of s1 under R (x) P_B.
+
+    The last two are densities w.r.t. area of the same point :math:`s_1`, equal at a solution of the balance
+    conditions; they share one colour scale (that of P_F). The law of :math:`s_1` is a histogram of the backward
+    walks from the rejection samples, on a grid coarse enough to hold about 30 walks per cell.
+    """
+    n = len(GRID)
+    side = torch.linspace(0.0, rho, 60, dtype=torch.float64)[1:]
+    disc = torch.cartesian_prod(side, side)
+    inside = torch.linalg.vector_norm(disc, dim=1) < rho
+    with torch.no_grad():
+        log_p = pf(torch.zeros(int(inside.sum()), 2, dtype=torch.float64)).log_prob(disc[inside], torch.zeros(int(inside.sum()), dtype=torch.bool))
+    pf_img = torch.full((len(disc),), float("nan"), dtype=torch.float64)
+    pf_img[inside] = log_p.double().exp()
+    s1 = sample_backward(graph, pb, ref.samples).states[1]
+    bins = max(4, int(math.sqrt(len(s1) / 30 * 4 / math.pi)))  # ~30 walks per cell of the quarter disc
+    hist, _, _ = np.histogram2d(s1[:, 0].cpu().numpy(), s1[:, 1].cpu().numpy(), bins=bins, range=[[0, rho], [0, rho]], density=True)
+    box, small = (0.0, 1.0, 0.0, 1.0), (0.0, rho, 0.0, rho)
+    panels = [
+        ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).cpu().numpy(), box),
+        ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).cpu().numpy(), box),
+        ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).cpu().numpy(), small),
+        ("s1 of backward walks from R with P_B (same scale)", hist, small),
+    ]
+    plot_density_panels(panels, path, title, share=(2, 3))
+
+
+def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
+    """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
+    space, graph, pf, pb = make_environment("quarter-disc", cfg)
+    objective = configure(get_objective(cfg["objective"]), cfg)
+    log_F = StateFlow(graph.encode, 2, space.hidden, space.n_layers) if objective.needs_flow else None
+    gfn = GFlowNet(pf, pb, log_F)
+    ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
+
+    def evaluate() -> dict:
+        return ref.scores(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
+
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
+    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+    x = traj.terminal
+    np.savez(out / "samples.npz", x=x.cpu().numpy())
+    label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
+    plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
+    plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")
+    if figure2:
+        _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
+    return ref.scores(x) | ref.floors() | ref.level_report(x) | {
+        "log_Z_exact": env.LOG_Z,
+        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
+        "log_Z_lower_bound": lower,
+        "log_Z_importance_weighted": iw,
+        "seconds": history[-1]["seconds"],
+        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
+        "steps": cfg["steps"],
+        "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
+    }
+
+
+def validate(cfg: dict) -> None:
+    """The memory of one update: about 4.1 bytes per trajectory, step of the longest trajectory (2 + 2 / rho), unit and
+    layer of the MLP (measured at rho 0.25, hidden 128, 4 layers: 20.9 KB per trajectory)."""
+    max_length = 2 + math.ceil(2 / cfg["rho"])
+    require_memory(4.1 * cfg["batch_size"] * max_length * cfg["hidden"] * max(1, cfg["n_layers"]), f"batch_size={cfg['batch_size']}")
+
+
+register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture policies, TB/DB; JSD to R on a 100x100 grid", SETTINGS, PRESETS, run, validate))
+
+# --- Figure 1 (b, c) and Figure 2: the 8 configurations over seeds -----------------------------------------
+
+CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
+FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("objective", "backward", "rho")} | {
+    "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
+    **EXECUTION_SETTINGS,
+}
+FIGURE1_PRESETS = {
+    "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
+    "paper": PRESETS["paper"] | {"seeds": 3},
+}
+
+
+METRICS = ("jsd_exact", "jsd_rejection", "level_tv")  # what the table aggregates over seeds, at the end and over the curve
+
+
+def _name(loss: str, backward: str, rho: float) -> str:
+    return f"{loss}-{backward}-rho{rho}"
+
+
+# The orderings Figure 1 of the paper reports: (position in a CONFIGS tuple, the value expected lower, the one expected higher).
+ORDERINGS = {
+    "tb_below_db": (0, "tb", "db"),
+    "learned_below_uniform": (1, "learned", "uniform"),
+    "rho0.25_below_rho0.1": (2, 0.25, 0.1),
+}
+
+
+def curve_mean(trajectories: list[float], values: list[float]) -> float:
+    """The mean height of a JSD curve over the trajectories sampled, :math:`\\frac{1}{t_n - t_1}\\int_{t_1}^{t_n} \\mathrm{JSD}(t)\\,dt`
+    (trapezoidal rule): Figure 1's curve as one number, lower for a configuration that learns faster. One point gives that point."""
+    t, y = np.asarray(trajectories, dtype=float), np.asarray(values, dtype=float)
+    return float(y[0]) if len(t) == 1 else float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(t)) / (t[-1] - t[0]))
+
+
+def orderings_held(values: dict[tuple, list[float]]) -> dict[str, tuple[int, int]]:
+    """For each of ``ORDERINGS``: in how many pairs of runs that differ in that factor only (same other factors, same seed)
+    the expected-lower configuration scores lower, and the number of pairs. ``values[config]`` lists one figure per seed."""
+    held = {}
+    for label, (i, low, high) in ORDERINGS.items():
+        pairs = [(a, b) for config, lows in values.items() if config[i] == low for a, b in zip(lows, values[config[:i] + (high,) + config[i + 1:]], strict=True)]
+        held[label] = (sum(a < b for a, b in pairs), len(pairs))
+    return held
+
+
+def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
+    """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures:
+    ``figure1.png`` (JSD to the exact grid), ``figure1_rejection.png`` (JSD to the rejection KDE), ``figure1_levels.png`` (level TV), each with a
+    perfect sampler's floor, ``figure2.png``."""
+    base_seed = torch.initial_seed()  # the CLI's --seed
+    headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
+    runs: dict[str, list[list[dict]]] = {}
+    finals: dict[str, list[dict]] = {}
+    common = {key: v for key, v in cfg.items() if key not in ("seeds", *EXECUTION_SETTINGS)}
+    jobs = [
+        SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"objective": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
+        for loss, backward, rho in CONFIGS
+        for k in range(cfg["seeds"])
+    ]
+    for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])):
+        name = job.out.parent.name
+        runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
+        finals.setdefault(name, []).append(sub_metrics)
+    panels = {f"rho = {rho}": [_name(loss, backward, r) for loss, backward, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
+    # each run's metrics hold its references' floors (Reference.floors); the figures draw their mean over the runs
+    floor_means = {f"{key}/mean": float(np.mean([m[key] for ms in finals.values() for m in ms])) for key in ("jsd_floor", "jsd_rejection_floor", "level_tv_floor")}
+    for key, floor_key, file, title, ylabel, floor_label in (
+        ("jsd_exact", "jsd_floor", "figure1.png", "JSD to the exact reward grid", "JSD", "perfect sampler (rejection samples)"),
+        ("jsd_rejection", "jsd_rejection_floor", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)", "JSD", "perfect sampler (rejection samples)"),
+        ("level_tv", "level_tv_floor", "figure1_levels.png", "TV of the masses on the reward's levels 0.1 / 0.6 / 2.6", "total variation", "perfect sampler (expected)"),
+    ):
+        curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
+        plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
+    history = [
+        {"step": row["step"], "trajectories": row["trajectories"]} | {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
+        for i, row in enumerate(runs[headline][0])
+    ]
+    write_table(out, None, history, out / headline / f"seed{base_seed}", ("figure2.png",))
+    per_seed = {  # (metric, "final" | "curve") -> configuration name -> one figure per seed
+        (key, when): {name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs] for name, hs in runs.items()}
+        for key in METRICS for when in ("final", "curve")
+    }
+    metrics = {}
+    for name, ms in finals.items():
+        for key in (*METRICS, "log_Z_learned"):
+            metrics[f"{key}/{name}/mean"] = float(np.mean([m[key] for m in ms]))
+            metrics[f"{key}/{name}/std"] = float(np.std([m[key] for m in ms]))
+        for key in METRICS:
+            metrics[f"{key}_curve/{name}/mean"] = float(np.mean(per_seed[key, "curve"][name]))
+    for (key, when), figures in per_seed.items():
+        for label, (held, pairs) in orderings_held({c: figures[_name(*c)] for c in CONFIGS}).items():
+            metrics[f"held/{label}/{key}/{when}"] = held
+            metrics[f"pairs/{label}"] = pairs
+    return metrics | floor_means | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
+
+
+register(Experiment("quarter-disc-figure1", "the 8 quarter-disc configurations (loss x P_B x rho) over seeds: Figures 1(b, c) and 2", FIGURE1_SETTINGS, FIGURE1_PRESETS, run_figure1, lambda cfg: validate(cfg | {"rho": min(r for _, _, r in CONFIGS)}), multi_run=True))

@@ -1,0 +1,193 @@
+"""`gflownet-measure run torus`: the continuous torus of Lahlou et al. 2023, section 4.3 (R6 and alanine dipeptide).
+
+Metrics, against the exact normalised density on the periodic grid of ``eval_grid`` points per angle (never a second KDE):
+``jsd``, ``l1`` and ``kl`` (KL(exact || learned)) of a periodic Gaussian KDE (bandwidth ``bandwidth``) of ``eval_samples``
+terminal states; ``floor_jsd`` etc. are what a perfect sampler scores at the same sample size (the KDE of as many draws
+from the exact grid density, each uniform within its grid cell). Per basin of the target (R6: its modes; alanine: the
+Ramachandran basins) the fraction of samples in it (``mass/<basin>``) and the exact mass by quadrature
+(``mass_exact/<basin>``). ``log_Z_exact`` by quadrature; ``log_Z_learned`` (the TB parameter), ``log_Z_lower_bound``
+(mean of w) and ``log_Z_importance_weighted`` (log-mean-exp of w) from ``eval_samples`` on-policy trajectories.
+For alanine the grid and basin masses use exact OpenMM energies; training reads the interpolated energy grid. With
+``space=hybrid`` (:mod:`gflownet_measure.environments.hybrid_torus`) also ``exact_P_T/{jsd,l1,kl}``: the learned sampler's terminal density itself,
+by enumeration of its discrete choices and quadrature of its angles (:func:`~gflownet_measure.environments.hybrid_torus.terminal_density`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gflownet_measure.environments import hybrid_torus
+from gflownet_measure.environments import torus as env
+from gflownet_measure.environments.torus_targets import TorusTarget, grid_log_normaliser, periodic_grid
+from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_log_density
+from gflownet_measure.networks import StateFlow
+from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
+from gflownet_measure.options import Setting
+from gflownet_measure.rollout import sample_forward
+from gflownet_measure.training import seeded_generator
+
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .environment import make_environment
+from .memory import require_memory
+from .plots import optional_figure, plot_density_panels, plot_history
+from .registry import Experiment, register
+from .settings import ConfigError, build
+from .training_config import TrainingConfig, training_settings
+
+SETTINGS = {
+    **env.SETTINGS,
+    **training_settings(without=("lr_backward", "epsilon")),  # epsilon below: the move is the setting exploration
+    "space": Setting("torus", "torus: every angle moves at each step; hybrid: stay or move one angle per step (gflownet_measure.environments.hybrid_torus; its exact P_T is reported)", choices=("torus", "hybrid")),
+    "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
+    "epsilon": Setting(0.1, "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)", low=0.0, high=1.0),
+    "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
+    "eval_grid": Setting(120, "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly", low=10, high=400),
+    "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians)", low=1e-3),
+}
+
+# Lahlou et al. 2023 / the public code's icml23 ctorus and alaninedipeptide configs (docs/torus.md): batch 100, T = 10, Adam lr 1e-5 with
+# log Z lr 1e-2, 5,000 updates (R6) or 40,000 (alanine), exploration 0.1, evaluation every 500 updates.
+_PAPER = {"steps": 5000, "batch_size": 100, "lr": 1e-5, "lr_logZ": 1e-2, "lr_milestone": 0, "grad_clip": 10.0, "eval_every": 500}
+PRESETS = {
+    # a working R6 sampler in about 90 s on one thread (docs/results.md, section 9: 'Quick preset')
+    "quick": _PAPER | {"steps": 1500, "lr": 1e-3, "lr_logZ": 0.1, "hidden": 64, "n_layers": 2, "eval_every": 500, "eval_samples": 2000},
+    "paper": _PAPER,
+    "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000},
+}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The exact density on the evaluation grid and its basins: what every evaluation compares with."""
+
+    target: TorusTarget
+    points: Tensor  # [G^n, n]
+    log_R: Tensor  # [G^n], exact
+    G: int
+    bandwidth: float
+
+    @staticmethod
+    def build(target: TorusTarget, G: int, bandwidth: float) -> "Reference":
+        points = periodic_grid(target.n_dim, G)
+        return Reference(target, points, target.log_reward_exact(points).double(), G, bandwidth)
+
+    @property
+    def log_Z(self) -> float:
+        return grid_log_normaliser(self.log_R, self.target.n_dim, self.G)
+
+    def exact_masses(self) -> dict:
+        p = torch.softmax(self.log_R, 0)
+        region = self.target.region_of(self.points)
+        return {f"mass_exact/{name}": float(p[region == j].sum()) for j, name in enumerate(self.target.regions)}
+
+    def exact_draws(self, n: int, generator: torch.Generator) -> Tensor:
+        """``n`` draws ``[n, n_dim]`` of the grid density: a cell by its probability, then uniform within it (the floor's sampler)."""
+        cell = torch.multinomial(torch.softmax(self.log_R, 0), n, replacement=True, generator=generator)
+        jitter = (torch.rand(n, self.target.n_dim, dtype=torch.float64, generator=generator) - 0.5) * (2 * math.pi / self.G)
+        return torch.remainder(self.points[cell] + jitter, 2 * math.pi)
+
+    def log_kde(self, x: Tensor) -> Tensor:
+        return periodic_kde_log_density(x, self.points, self.bandwidth)
+
+    def distances(self, x: Tensor, prefix: str = "", log_kde: Tensor | None = None) -> dict:
+        """JSD, L1 (sum over the grid of |p - q|) and KL(exact || KDE) of the KDE of ``x`` (``log_kde`` if already computed) against the exact grid density."""
+        q = self.log_kde(x) if log_kde is None else log_kde
+        l1 = float((torch.softmax(self.log_R, 0) - torch.softmax(q, 0)).abs().sum())
+        return {f"{prefix}jsd": grid_jsd(q, self.log_R), f"{prefix}l1": l1, f"{prefix}kl": grid_kl(self.log_R, q)}
+
+    def masses(self, x: Tensor) -> dict:
+        region = self.target.region_of(x)
+        return {f"mass/{name}": float((region == j).double().mean()) for j, name in enumerate(self.target.regions)}
+
+
+def basin_errors(masses: dict, exact: dict) -> dict:
+    """The largest absolute and relative error of the sampled basin masses against the exact ones."""
+    names = [k.split("/", 1)[1] for k in exact]
+    abs_err = [abs(masses[f"mass/{b}"] - exact[f"mass_exact/{b}"]) for b in names]
+    rel = [e / exact[f"mass_exact/{b}"] for e, b in zip(abs_err, names) if exact[f"mass_exact/{b}"] > 0]
+    return {"mass_max_abs_error": max(abs_err), "mass_max_rel_error": max(rel) if rel else math.nan}
+
+
+def _image(ref: Reference, log_density: Tensor) -> np.ndarray:
+    return torch.softmax(log_density, 0).reshape(ref.G, ref.G).cpu().numpy() * (ref.G / (2 * math.pi)) ** 2  # density w.r.t. Haar
+
+
+@optional_figure
+def _figure4(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, title: str) -> None:
+    """The paper's Figure 4: the exact normalised density and the KDE of the learned samples, side by side on the torus (same colour scale)."""
+    box = (0.0, 2 * math.pi, 0.0, 2 * math.pi)
+    panels = [("exact density R/Z", _image(ref, ref.log_R), box), (f"KDE of {n_samples} GFlowNet samples", _image(ref, log_kde), box)]
+    plot_density_panels(panels, path, title, share=(0, 1))
+
+
+@optional_figure
+def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, title: str) -> None:
+    """The Ramachandran plot: (phi, psi) in degrees on [-180, 180)^2, exact Boltzmann density and the learned KDE."""
+    shift = ref.G // 2  # grid columns from [0, 360) to [-180, 180)
+    roll = lambda img: np.roll(np.roll(img, shift, 0), shift, 1)  # noqa: E731
+    box = (-180.0, 180.0, -180.0, 180.0)
+    panels = [("exact Boltzmann density (OpenMM)", roll(_image(ref, ref.log_R)), box), (f"KDE of {n_samples} GFlowNet samples", roll(_image(ref, log_kde)), box)]
+    plot_density_panels(panels, path, title, share=(0, 1))
+
+
+def run(cfg: dict, out: Path, resume: bool) -> dict:
+    space, graph, pf, pb = make_environment("hybrid-torus" if cfg["space"] == "hybrid" else "torus", cfg)
+    objective = configure(get_objective(cfg["objective"]), cfg)
+    log_F = StateFlow(graph.encode, graph.encode.width, space.hidden, space.n_layers) if objective.needs_flow else None
+    gfn = GFlowNet(pf, pb, log_F)
+    target = env.target_of(space)
+    ref = Reference.build(target, cfg["eval_grid"], cfg["bandwidth"])
+    n = space.n_dim
+
+    def evaluate() -> dict:
+        x = sample_forward(graph, pf, cfg["eval_samples"]).terminal[:, :n]
+        return ref.distances(x) | learned_log_Z(objective, gfn, graph)
+
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
+    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+    x = traj.terminal[:, :n].double()
+    np.savez(out / "samples.npz", x=x.cpu().numpy())
+    floor = ref.distances(ref.exact_draws(len(x), seeded_generator(torch.initial_seed())), "floor_")
+    exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
+    metrics = ref.distances(x, log_kde=log_kde) | floor | masses | exact | basin_errors(masses, exact) | {
+        "log_Z_exact": ref.log_Z,
+        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
+        "log_Z_lower_bound": lower,
+        "log_Z_importance_weighted": iw,
+        "seconds": history[-1]["seconds"],
+        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
+        "steps": cfg["steps"],
+        "trajectories": cfg["steps"] * cfg["batch_size"],
+    } | {f"target/{k}": v for k, v in target.info}
+    if cfg["space"] == "hybrid":  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
+        log_p_T = hybrid_torus.terminal_density(graph, pf, ref.G).clamp(min=1e-300).log()
+        metrics |= {"exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R), "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()), "exact_P_T/kl": grid_kl(ref.log_R, log_p_T)}
+    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
+    plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
+    if n == 2:
+        _figure4(ref, log_kde, len(x), out / "figure4.png", label)
+        if space.target == "alanine":
+            _ramachandran(ref, log_kde, len(x), out / "ramachandran.png", label)
+    return metrics
+
+
+def validate(cfg: dict) -> None:
+    """The settings as a :class:`~gflownet_measure.environments.torus.TorusConfig` (one-line errors: a bad temperature, structure, force field or
+    reward), the target built (the molecule's energy grid computed or read from its cache), and the memory of one update
+    (about 4.1 bytes per trajectory, step, unit and layer, as the quarter disc's MLPs)."""
+    space = build(env.TorusConfig, cfg)
+    if space.n_dim != 2 and cfg["eval_grid"] ** space.n_dim > 4_000_000:
+        raise ConfigError(f"eval_grid={cfg['eval_grid']} with n_dim={space.n_dim} is {cfg['eval_grid'] ** space.n_dim} grid points; lower eval_grid")
+    try:
+        env.target_of(space)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    require_memory(4.1 * cfg["batch_size"] * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={cfg['batch_size']}")
+
+
+register(Experiment("torus", "continuous torus, von Mises mixture policies, R6 or alanine dipeptide; JSD, basin masses and log Z vs exact", SETTINGS, PRESETS, run, validate))

@@ -31,8 +31,8 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import counting
 
-APPLICATIONS = ("gflownet_measure.environments", "gflownet_measure.experiments", "gflownet_measure.baselines")
-"""The subpackages built on the core (environments, experiments, baselines): ``import gflownet_measure`` loads none of them."""
+APPLICATIONS = ("gflownet_measure.bayesnets", "gflownet_measure.environments", "gflownet_measure.experiments", "gflownet_measure.baselines")
+"""The subpackages built on the core (Bayesian networks, environments, experiments, baselines): ``import gflownet_measure`` loads none of them."""
 
 CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_run_dir.py"
 

@@ -68,8 +68,8 @@ import torch
 from scipy.special import exp1
 from torch import Tensor, nn
 
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 from .permutations import all_permutations, gumbel_noise, gumbel_permutations, hungarian, log_permanent
 from .samples import BaselineSamples

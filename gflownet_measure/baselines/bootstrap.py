@@ -28,8 +28,8 @@ from causallearn.search.ConstraintBased.PC import pc
 from causallearn.search.ScoreBased.GES import ges
 from causallearn.utils.cit import fisherz
 
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 from .samples import BaselineSamples
 

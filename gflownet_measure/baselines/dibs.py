@@ -8,7 +8,7 @@ particle gives the graph :math:`G_{ij} = [u_i^\\top v_j > 0]` (:math:`\\alpha \\
 Acyclicity is only a soft prior on :math:`Z`, so a particle can end cyclic; such particles are dropped, as in
 ``dibs.metrics`` (their count is ``discarded``).
 
-Model, matched to :class:`~gflownet_measure.environments.dag_params.bayesnet.LinearGaussian` where the API allows:
+Model, matched to :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian` where the API allows:
 
 - ``nonlinear=False``: ``dibs.models.LinearGaussian`` with ``obs_noise`` = ``model.obs_var`` (dibs-lib's
   ``obs_noise`` is a variance: noise std 0.1 in JSP-GFN), weights :math:`\\mathcal N(0,` ``model.prior_var``:math:`)`
@@ -38,8 +38,8 @@ from dibs.inference import JointDiBS
 from dibs.models import DenseNonlinearGaussian, ErdosReniDAGDistribution
 from dibs.models import LinearGaussian as DibsLinearGaussian
 
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 from .samples import BaselineSamples
 
@@ -59,7 +59,7 @@ def joint_dibs(model, n_samples: int = 30, seed: int = 0, steps: int = 1000, non
                edges_per_node: float = 2.0, hidden_layers: tuple[int, ...] = (5,)) -> BaselineSamples:
     """Joint DiBS with ``n_samples`` SVGD particles and ``steps`` updates on ``model.data`` (module docstring).
 
-    ``model``: a :class:`~gflownet_measure.environments.dag_params.bayesnet.LinearGaussian`; for ``nonlinear=True`` any object with
+    ``model``: a :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`; for ``nonlinear=True`` any object with
     ``data [N, d]``, ``obs_var`` and ``prior_var`` (the MLP data's model).
 
     Returns:

@@ -27,10 +27,13 @@ import numpy as np
 import torch
 
 from gflownet_measure.baselines import structure as structure_baselines
+from gflownet_measure.baselines.mcmc import gibbs_mc3, mh_mc3
 from gflownet_measure.baselines.permutations import MAX_PERMUTATION_D
+from gflownet_measure.bayesnets.dags import MAX_ENUMERATE
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.bayesnets.structure_metrics import feature_metrics
 from gflownet_measure.environments import dag_params as env
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.dags import MAX_ENUMERATE
 from gflownet_measure.environments.dag_params.evaluation import (
     conditional_theta_metrics,
     fit_metrics,
@@ -40,9 +43,6 @@ from gflownet_measure.environments.dag_params.evaluation import (
     posterior_metrics,
     sample_metrics,
 )
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
-from gflownet_measure.environments.dag_params.mcmc import gibbs_mc3, mh_mc3
-from gflownet_measure.environments.dag_params.metrics import feature_metrics
 from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
 from gflownet_measure.environments.dag_params.replay import EdgeReplay
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
@@ -60,7 +60,7 @@ from .training_config import TrainingConfig, training_settings
 
 MCMC = {"gibbs": gibbs_mc3, "mh": mh_mc3}
 BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS", "bcd": "BCD Nets"}
-"""The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`gflownet_measure.environments.dag_params.mcmc`) and the
+"""The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`gflownet_measure.baselines.mcmc`) and the
 structure learners of :mod:`gflownet_measure.baselines.structure` (optional extra ``baselines``)."""
 
 SETTINGS = {

@@ -28,10 +28,11 @@ from scipy.special import exp1
 from gflownet_measure.baselines.bcd import bcd_nets, horseshoe_log_prob, horseshoe_scale
 from gflownet_measure.baselines.permutations import all_permutations, gumbel_permutations, hungarian, log_permanent, sinkhorn
 from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.dags import is_dag
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
-from gflownet_measure.environments.dag_params.metrics import feature_metrics
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.bayesnets.structure_metrics import feature_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -20,8 +20,9 @@ import pytest
 import torch
 
 from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.dags import is_dag
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 B = 20  # bootstrap resamples per run (about 0.5 s for GES, 0.25 s for PC at d = 5, N = 500)
 

@@ -1,4 +1,4 @@
-"""The linear-Gaussian network of JSP-GFN (``gflownet_measure/environments/dag_params/bayesnet.py``, ``exact.py``): closed forms
+"""The linear-Gaussian network of JSP-GFN (``gflownet_measure/bayesnets/linear_gaussian.py``, ``exact.py``): closed forms
 against direct densities, quadrature and autograd; the mini-batch likelihood; simulated and CSV data; and the
 exact posterior against its own samples."""
 import math
@@ -9,9 +9,11 @@ import torch
 from scipy import integrate
 
 from conftest import dag
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, load_csv, simulate_er
-from gflownet_measure.environments.dag_params.dags import enumerate_dags, transitive_closure
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
+from gflownet_measure.bayesnets.dags import enumerate_dags, transitive_closure
+from gflownet_measure.bayesnets.datasets.csv_files import load_csv
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -12,9 +12,10 @@ import math
 import pytest
 import torch
 
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.checks import check_finite_absorption, check_reversibility, check_support
 from gflownet_measure.densities import UniformPolicy
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
 from gflownet_measure.environments.dag_params.space import DagKernel, ThetaChart, make_space
 from gflownet_measure.environments.dag_params.states import split
 

@@ -1,4 +1,4 @@
-"""The CPD models behind one interface (gflownet_measure/environments/dag_params/cpds.py, cpd_base.py; docs/cpd_models.md): parameter
+"""The CPD models behind one interface (gflownet_measure/bayesnets/cpds.py, cpd_base.py; docs/cpd_models.md): parameter
 counts and layouts, likelihoods against loops over rows and nodes, inactive coordinates, mini-batches and their
 gradients, the parameter prior, simulated nonlinear data, one-line errors, and the worked example of the docs.
 
@@ -14,18 +14,11 @@ import torch
 from scipy import integrate
 
 from conftest import dag
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.cpds import (
-    CPD_MODELS,
-    CategoricalMLP,
-    CPDModel,
-    MLPGaussian,
-    ZeroInflatedMLP,
-    make_model,
-    mlp_outputs,
-    simulate_mlp,
-)
-from gflownet_measure.environments.dag_params.dags import transitive_closure
+from gflownet_measure.bayesnets.cpd_base import CPDModel
+from gflownet_measure.bayesnets.cpds import CPD_MODELS, CategoricalMLP, MLPGaussian, ZeroInflatedMLP, make_model, mlp_outputs
+from gflownet_measure.bayesnets.dags import transitive_closure
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from conftest import random_jsp_policies
+from gflownet_measure.bayesnets.dags import is_dag
 from gflownet_measure.environments import dag_params as dp
-from gflownet_measure.environments.dag_params.dags import is_dag
 from gflownet_measure.environments.dag_params.evaluation import estimate_graph_log_marginal, fit_metrics, fit_sample_count
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from gflownet_measure.bayesnets.cpds import CategoricalMLP, MLPGaussian
+from gflownet_measure.bayesnets.dags import enumerate_dags, transitive_closure, valid_edges
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.bayesnets.scores import BDEU_ESS, LocalScores, bdeu_local_scores, lookahead_scores
 from gflownet_measure.environments import dag_params as dp
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, MLPGaussian
-from gflownet_measure.environments.dag_params.dags import enumerate_dags, transitive_closure, valid_edges
-from gflownet_measure.environments.dag_params.scores import BDEU_ESS, LocalScores, bdeu_local_scores, lookahead_scores
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""MH-MC3 and Gibbs-MC3 (gflownet_measure/environments/dag_params/mcmc.py): legal moves, Hastings counts, and agreement with the exact posterior.
+"""MH-MC3 and Gibbs-MC3 (gflownet_measure/baselines/mcmc.py): legal moves, Hastings counts, and agreement with the exact posterior.
 
 Note [Randomized statistical tests]: every run is seeded. The posterior checks compare each of the
 d(d-1) edge marginals (6 at d = 3, 12 at d = 4) with the exact one by a z-score, SE = sqrt(p(1-p) / ESS), ESS from batch means
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.dags import enumerate_dags, transitive_closure
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
-from gflownet_measure.environments.dag_params.mcmc import MOVES, MCMCSamples, _GibbsDraws, _legal_np, gibbs_mc3, legal_moves, mh_mc3, propose_structure
+from gflownet_measure.baselines.mcmc import MOVES, MCMCSamples, _GibbsDraws, _legal_np, gibbs_mc3, legal_moves, mh_mc3, propose_structure
+from gflownet_measure.bayesnets.dags import enumerate_dags, transitive_closure
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Comparison metrics (gflownet_measure/environments/dag_params/metrics.py): feature marginals, RMSE / Pearson r, E-SHD, AUROC."""
+"""Comparison metrics (gflownet_measure/bayesnets/structure_metrics.py): feature marginals, RMSE / Pearson r, E-SHD, AUROC."""
 import math
 
 import numpy as np
@@ -8,11 +8,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import HYPOTHESIS, dag
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.dags import FEATURES
+from gflownet_measure.bayesnets.dags import FEATURES
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.bayesnets.structure_metrics import auroc, expected_shd, feature_metrics, rmse_pearson, sample_features
 from gflownet_measure.environments.dag_params.evaluation import conditional_theta_metrics, heldout_metrics
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
-from gflownet_measure.environments.dag_params.metrics import auroc, expected_shd, feature_metrics, rmse_pearson, sample_features
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

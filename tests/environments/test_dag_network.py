@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.distributions import MultivariateNormal, Normal
 
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.cpds import MLPGaussian
+from gflownet_measure.bayesnets.cpds import MLPGaussian
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.environments.dag_params.network import JSPNetwork, JSPOutputs
 from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta
 

@@ -1,4 +1,4 @@
-"""``data=pgmpy:NAME`` (gflownet_measure/environments/dag_params/pgmpy_data.py): categorical rows simulated from pgmpy's bundled networks.
+"""``data=pgmpy:NAME`` (gflownet_measure/bayesnets/datasets/pgmpy_networks.py): categorical rows simulated from pgmpy's bundled networks.
 
 pgmpy is an optional extra: without it the data source is a one-line error naming the extra (tested everywhere), with
 it the simulated rows follow the network (tested where pgmpy is installed)."""
@@ -42,7 +42,7 @@ def test_sachs_network_rows_follow_its_root_distribution():
     pytest.importorskip("pgmpy")
     from pgmpy.readwrite import BIFReader
 
-    from gflownet_measure.environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
+    from gflownet_measure.bayesnets.datasets.pgmpy_networks import _bundled, simulate_pgmpy
 
     sim = simulate_pgmpy("sachs", 3000, 1000, seed=3)
     assert sim.train.shape == (3000, 11) and sim.valid.shape == (1000, 11) and sim.train.dtype == torch.int64
@@ -68,7 +68,7 @@ def test_the_networks_own_heldout_nll_against_pgmpy():
     pytest.importorskip("pgmpy")
     from pgmpy.readwrite import BIFReader
 
-    from gflownet_measure.environments.dag_params.pgmpy_data import _bundled, simulate_pgmpy
+    from gflownet_measure.bayesnets.datasets.pgmpy_networks import _bundled, simulate_pgmpy
 
     sim = simulate_pgmpy("sachs", 50, 30, seed=1)
     network = BIFReader(string=_bundled("sachs")).get_model()

@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
+from gflownet_measure.bayesnets.dags import dag_codes, enumerate_dags, is_dag, transitive_closure
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.checks import integrate
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian
-from gflownet_measure.environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure
 from gflownet_measure.environments.dag_params.reference import BLOCK_THETAS, PROPOSAL_SCALE, draw_dags, sampled_measures
 from gflownet_measure.environments.dag_params.space import ThetaChart, enumerated_measures, make_space
 from gflownet_measure.environments.dag_params.states import join, split

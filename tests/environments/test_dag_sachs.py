@@ -7,10 +7,9 @@ import pytest
 import torch
 from scipy import stats
 
-from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
-from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, ZeroInflatedMLP, make_model, simulate_zi
-from gflownet_measure.environments.dag_params.interventions import load_data
-from gflownet_measure.environments.dag_params.sachs import (
+from gflownet_measure.bayesnets.cpds import CategoricalMLP, ZeroInflatedMLP, make_model
+from gflownet_measure.bayesnets.datasets.csv_files import load_data
+from gflownet_measure.bayesnets.datasets.sachs import (
     BLOCK_SIZES,
     CONDITIONS,
     PROTEINS,
@@ -21,6 +20,8 @@ from gflownet_measure.environments.dag_params.sachs import (
     load_raw,
     sachs_split,
 )
+from gflownet_measure.bayesnets.datasets.simulated import simulate_zi
+from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
 
 
 @pytest.fixture(scope="module")

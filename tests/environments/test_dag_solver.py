@@ -15,11 +15,12 @@ import torch
 from torch import nn
 
 from conftest import random_jsp_policies
+from gflownet_measure.bayesnets.cpds import CategoricalMLP, MLPGaussian, ZeroInflatedMLP
+from gflownet_measure.bayesnets.dags import enumerate_dags
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp, simulate_zi
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.checks import check_graph
 from gflownet_measure.environments import dag_params as dp
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.cpds import CategoricalMLP, MLPGaussian, ZeroInflatedMLP, simulate_mlp, simulate_zi
-from gflownet_measure.environments.dag_params.dags import enumerate_dags
 from gflownet_measure.environments.dag_params.objective import _sampled_terms
 from gflownet_measure.environments.dag_params.solver import refine_mean
 

@@ -17,15 +17,16 @@ import torch
 from torch import nn
 
 from conftest import random_jsp_policies
+from gflownet_measure.bayesnets.cpds import MLPGaussian
+from gflownet_measure.bayesnets.dags import dag_codes, enumerate_dags, is_dag, transitive_closure, valid_edges
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.checks import check_graph
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.environments import dag_params as dp
 from gflownet_measure.environments.dag_params import theta as theta_mod
-from gflownet_measure.environments.dag_params.bayesnet import LinearGaussian, simulate_er
-from gflownet_measure.environments.dag_params.cpds import MLPGaussian
-from gflownet_measure.environments.dag_params.dags import dag_codes, enumerate_dags, is_dag, transitive_closure, valid_edges
 from gflownet_measure.environments.dag_params.evaluation import _line_fit, estimate_graph_log_marginal, model_graph_log_marginals, posterior_metrics
-from gflownet_measure.environments.dag_params.exact import ExactPosterior
 from gflownet_measure.environments.dag_params.network import JSPOutputs
 from gflownet_measure.environments.dag_params.objective import transition_loss
 from gflownet_measure.environments.dag_params.policy import JSPPolicy

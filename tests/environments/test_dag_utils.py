@@ -1,4 +1,4 @@
-"""DAG utilities of JSP-GFN (``gflownet_measure/environments/dag_params/dags.py``): enumeration counts, the closure
+"""DAG utilities of JSP-GFN (``gflownet_measure/bayesnets/dags.py``): enumeration counts, the closure
 and the action mask against from-scratch references, and the marginal features on a hand graph."""
 import pytest
 import torch
@@ -6,15 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import HYPOTHESIS
-from gflownet_measure.environments.dag_params.dags import (
-    dag_codes,
-    edge_features,
-    enumerate_dags,
-    markov_blanket_features,
-    path_features,
-    transitive_closure,
-    valid_edges,
-)
+from gflownet_measure.bayesnets.dags import dag_codes, edge_features, enumerate_dags, markov_blanket_features, path_features, transitive_closure, valid_edges
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Exact draws of DAGs with probability proportional to x^|E| (``gflownet_measure/environments/dag_params/weighted_dags.py``): Robinson's
+"""Exact draws of DAGs with probability proportional to x^|E| (``gflownet_measure/bayesnets/weighted_dags.py``): Robinson's
 recurrence counts the labelled DAGs (OEIS A003024) and their edge-weighted sums, and the draws follow x^|E| / Z_x.
 
 Every draw is seeded (deterministic outcomes); the frequency test allows 4.5 binomial standard errors per DAG, which
@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from gflownet_measure.environments.dag_params.dags import dag_codes, enumerate_dags, is_dag
-from gflownet_measure.environments.dag_params.weighted_dags import draw_weighted_dags, log_total
+from gflownet_measure.bayesnets.dags import dag_codes, enumerate_dags, is_dag
+from gflownet_measure.bayesnets.weighted_dags import draw_weighted_dags, log_total
 
 
 def test_log_total_counts_the_labelled_dags():

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gflownet_measure.bayesnets.datasets.csv_files import load_csv
 from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
-from gflownet_measure.environments.dag_params.bayesnet import load_csv
 from gflownet_measure.experiments import plots
 from gflownet_measure.experiments.cli import main
 

@@ -1,12 +1,11 @@
 """The hybrid DAG x Theta space of JSP-GFN (Deleu et al. 2023; Lahlou et al. 2023 section 4.4).
 
-Modules: :mod:`.dags` (closures, masks, enumeration, features), :mod:`.cpd_base` and :mod:`.cpds` (the CPD models behind
-one interface with flat parameter vectors: linear Gaussian, MLP Gaussian, categorical MLP; their priors and reward,
-simulated nonlinear data; docs/cpd_models.md), :mod:`.bayesnet` (the linear-Gaussian model, simulated and CSV data),
-:mod:`.exact` (the exact posterior for ``d <= 5``), :mod:`.states`, :mod:`.space` and :mod:`.reference` (the measurable
-pointed graph; its reference measures enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`,
-:mod:`.theta` and :mod:`.policy` (the forward policy), :mod:`.objective` (the transition loss), :mod:`.evaluation` (the
-policy's exact marginals and the metrics of Table 3 / D.1), :mod:`.mcmc` and :mod:`.metrics` (baselines and comparisons).
+The GFlowNet half; the Bayesian networks it is built on (DAGs, CPD models, data, scores, the exact posterior) are
+:mod:`gflownet_measure.bayesnets`, and the MCMC baselines :mod:`gflownet_measure.baselines.mcmc`.
+Modules: :mod:`.states`, :mod:`.space` and :mod:`.reference` (the measurable pointed graph; its reference measures
+enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`, :mod:`.theta`, :mod:`.solver` and
+:mod:`.policy` (the forward policy), :mod:`.objective` (the transition loss), :mod:`.replay` and :mod:`.sampling`,
+:mod:`.evaluation` (the policy's exact marginals and the metrics of Table 3 / D.1).
 """
 from __future__ import annotations
 
@@ -16,26 +15,26 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from gflownet_measure.bayesnets.cpd_base import GRAPH_PRIORS, CPDModel
+from gflownet_measure.bayesnets.cpds import make_model
+from gflownet_measure.bayesnets.datasets.csv_files import load_data
+from gflownet_measure.bayesnets.datasets.pgmpy_networks import PREFIX as PGMPY
+from gflownet_measure.bayesnets.datasets.pgmpy_networks import simulate_pgmpy
+from gflownet_measure.bayesnets.datasets.sachs import consensus_graph, discretise, sachs_split
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp, simulate_zi
+from gflownet_measure.bayesnets.scores import lookahead_scores
 from gflownet_measure.densities import UniformPolicy
+from gflownet_measure.environments.dag_params.network import JSPNetwork
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
+from gflownet_measure.environments.dag_params.solver import SolverHead
+from gflownet_measure.environments.dag_params.space import make_space
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.options import check_options, option, settings_of
-
-from .bayesnet import GRAPH_PRIORS, simulate_er
-from .cpds import CPDModel, make_model, simulate_mlp, simulate_zi
-from .interventions import load_data
-from .network import JSPNetwork
-from .pgmpy_data import PREFIX as PGMPY
-from .pgmpy_data import simulate_pgmpy
-from .policy import JSPPolicy
-from .sachs import consensus_graph, discretise, sachs_split
-from .scores import lookahead_scores
-from .solver import SolverHead
-from .space import make_space
 
 __all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies", "solver_rows"]
 
 MODELS = {"lingauss-diag": ("lingauss", "diag"), "lingauss-full": ("lingauss", "full"), "mlp": ("mlp", "diag"), "categorical-mlp": ("categorical-mlp", "diag"), "zi-mlp": ("zi-mlp", "diag")}
-"""``model`` setting -> (CPD model of :data:`~.cpds.CPD_MODELS`, parameter head of :data:`~.network.THETA_HEADS`)."""
+"""``model`` setting -> (CPD model of :data:`~gflownet_measure.bayesnets.cpds.CPD_MODELS`, parameter head of :data:`~.network.THETA_HEADS`)."""
 
 MAX_NODES = 100
 """The largest ``d`` a run accepts; the memory of an update is checked separately (``gflownet_measure.experiments.jsp_gfn.validate``)."""
@@ -99,7 +98,7 @@ class Problem:
 def make_problem(config: DagParamsConfig) -> Problem:
     """Simulated ER data (``data`` empty; linear, MLP or zero-inflated CPDs as the model), the shipped Sachs data
     (``data=sachs``: the held-out conditions of ``sachs_heldout``, tertiles, interventions), categorical rows simulated
-    from a pgmpy network (``data=pgmpy:NAME``, :mod:`.pgmpy_data`) or the user's CSV (with its
+    from a pgmpy network (``data=pgmpy:NAME``, :mod:`gflownet_measure.bayesnets.datasets.pgmpy_networks`) or the user's CSV (with its
     interventions), and the CPD model on it; ``ValueError`` for data that cannot be read or modelled (the message names
     the file and the problem)."""
     cpd, _ = MODELS[config.model]

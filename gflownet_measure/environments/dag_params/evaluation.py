@@ -20,13 +20,12 @@ from sklearn.linear_model import RANSACRegressor
 from torch import Tensor
 from tqdm import tqdm
 
+from gflownet_measure.bayesnets.dags import FEATURES, dag_codes, transitive_closure, valid_edges, weighted_features
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.bayesnets.structure_metrics import auroc, expected_shd, rmse_pearson, sample_features
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.training import seeded_generator
-
-from .bayesnet import LinearGaussian
-from .dags import FEATURES, dag_codes, transitive_closure, valid_edges, weighted_features
-from .exact import ExactPosterior
-from .metrics import auroc, expected_shd, rmse_pearson, sample_features
-from .policy import JSPPolicy
 
 __all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "fit_sample_count", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "conditional_theta_metrics", "fit_metrics"]
 
@@ -192,7 +191,7 @@ def graph_metrics(policy: JSPPolicy, exact: ExactPosterior) -> tuple[dict, dict,
 
 def mean_field_metrics(exact: ExactPosterior) -> dict:
     """``mean_field_{edge,path,markov}_rmse`` and ``mean_field_graph_kl``: how far the best a diagonal :math:`\\theta` head can
-    reach (:meth:`~.exact.ExactPosterior.mean_field_log_prob`) lies from the exact posterior, on the same scale as
+    reach (:meth:`~gflownet_measure.bayesnets.exact_posterior.ExactPosterior.mean_field_log_prob`) lies from the exact posterior, on the same scale as
     :func:`graph_metrics` (a property of the data; ``lingauss-full`` has no such bias)."""
     exact_features, mf = exact.features(), exact.mean_field_features()
     out = {f"mean_field_{name}_rmse": rmse_pearson(mf[name], exact_features[name])[0] for name in FEATURES}

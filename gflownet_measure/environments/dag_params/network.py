@@ -4,7 +4,7 @@ for :math:`P_\\phi(G' \\mid G)` and a Gaussian head for :math:`P_\\phi(\\theta \
 
 Conventions: ``adj [B, d, d]`` is a float 0/1 adjacency with ``adj[b, i, j] = 1`` for the edge
 :math:`i \\to j` (``i`` is a parent of ``j``); ``theta [B, P]`` is the CPD model's flat parameter vector, node ``j``'s
-block at the positions ``block_index[j]`` (:mod:`~gflownet_measure.environments.dag_params.cpds`). All graphs of a batch have the same
+block at the positions ``block_index[j]`` (:mod:`~gflownet_measure.bayesnets.cpds`). All graphs of a batch have the same
 ``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding, no scatter).
 
 Parameter heads (registry :data:`THETA_HEADS`), each giving the distribution of :math:`\\theta` given ``G``:
@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .states import ActiveFn
-from .theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
+from gflownet_measure.environments.dag_params.states import ActiveFn
+from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
 __all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork"]
 

@@ -16,11 +16,10 @@ import torch
 from torch import Tensor
 
 from gflownet_measure.densities import Policy
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
+from gflownet_measure.environments.dag_params.states import split
 from gflownet_measure.losses import huber, length2_penalty, undirected_subtb_residual
 from gflownet_measure.objectives import GFlowNet, Objective, register
-
-from .policy import JSPPolicy
-from .states import split
 
 __all__ = ["Transitions", "transition_loss", "UNDIRECTED_SUBTB"]
 
@@ -53,7 +52,7 @@ def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tens
     with :math:`\\Delta_{ij}` the residual of :func:`~gflownet_measure.losses.undirected_subtb_residual` for
     :math:`\\theta_j` at :math:`G` and :math:`\\theta'_i` at :math:`G'`, ``scale`` = :math:`N`, and
     :math:`\\log P_B(G | G')` from ``pb`` (uniform over the edges of :math:`G'`). ``log_reward(adj [B, d, d], theta [S, B, P]) -> [S, B]``
-    (broadcasting as a CPD model's :meth:`~.cpds.CPDModel.log_reward` does; a mini-batch estimate when the data are sub-sampled: the same rows for both ends).
+    (broadcasting as a CPD model's :meth:`~gflownet_measure.bayesnets.cpd_base.CPDModel.log_reward` does; a mini-batch estimate when the data are sub-sampled: the same rows for both ends).
     """
     d = policy.kernel.d
     adj, _, _ = split(s, d)

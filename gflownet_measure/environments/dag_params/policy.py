@@ -23,13 +23,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gflownet_measure.bayesnets.dags import transitive_closure, valid_edges
 from gflownet_measure.densities import Policy
-
-from .dags import transitive_closure, valid_edges
-from .network import JSPNetwork, JSPOutputs
-from .space import DagKernel
-from .states import split
-from .theta import MaskedNormalTheta
+from gflownet_measure.environments.dag_params.network import JSPNetwork, JSPOutputs
+from gflownet_measure.environments.dag_params.space import DagKernel
+from gflownet_measure.environments.dag_params.states import split
+from gflownet_measure.environments.dag_params.theta import MaskedNormalTheta
 
 __all__ = ["action_log_probs", "JSPPolicy"]
 
@@ -45,7 +44,7 @@ def action_log_probs(edge_logits: Tensor, stop_logit: Tensor, valid: Tensor, sca
     outputs then move the policy on the scale of the loss).
 
     With ``gains`` :math:`g_{ij} = \\log R(G + (i \\to j)) - \\log R(G)` ``[B, d, d]`` (the one-step lookahead of a
-    marginal reward, :meth:`~gflownet_measure.environments.dag_params.bayesnet.LinearGaussian.edge_gains`), the logits are shifted by it,
+    marginal reward, :meth:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian.edge_gains`), the logits are shifted by it,
 
     .. math:: c\\, u_i \\cdot v_j + g_{ij}, \\qquad c\\, s - \\Big(\\mathrm{LSE}_{e \\in M}\\, g_e - \\log(|E(G)| + 1)\\Big),
 

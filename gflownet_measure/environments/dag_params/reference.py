@@ -3,7 +3,7 @@
 :math:`\\nu = \\sum_G \\delta_{(G, \\#)} + \\sum_G \\lambda_{\\Theta_G}` and the terminal measure :math:`\\sum_G \\lambda_{\\Theta_G}`
 (:mod:`~gflownet_measure.environments.dag_params.space`) sum over every DAG on ``d`` nodes, about :math:`10^{72}` at ``d = 20``. Their
 integrals are estimated by importance sampling from exact draws of DAGs with probability proportional to
-:math:`x^{|E|}` (:mod:`~gflownet_measure.environments.dag_params.weighted_dags`, which sums :math:`Z_x = \\sum_G x^{|E(G)|}` exactly by
+:math:`x^{|E|}` (:mod:`~gflownet_measure.bayesnets.weighted_dags`, which sums :math:`Z_x = \\sum_G x^{|E(G)|}` exactly by
 Robinson's recurrence):
 
 - a DAG drawn with :math:`P_x(G) = x^{|E|} / Z_x` has weight :math:`1 / P_x(G)`, so that
@@ -38,12 +38,11 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from gflownet_measure.bayesnets.dags import is_dag
+from gflownet_measure.bayesnets.weighted_dags import draw_weighted_dags, log_total
+from gflownet_measure.environments.dag_params.states import ActiveFn, join, split
 from gflownet_measure.gaussian import LOG_2PI
 from gflownet_measure.sampled import SampledMeasure
-
-from .dags import is_dag
-from .states import ActiveFn, join, split
-from .weighted_dags import draw_weighted_dags, log_total
 
 __all__ = ["STATE_EDGE_WEIGHT", "PAIR_EDGE_WEIGHT", "BLOCK_THETAS", "PROPOSAL_SCALE", "draw_dags", "sampled_measures"]
 

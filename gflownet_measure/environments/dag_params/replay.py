@@ -19,14 +19,13 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from gflownet_measure.bayesnets.cpd_base import CPDModel
 from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.densities import Policy
+from gflownet_measure.environments.dag_params.objective import Transitions
+from gflownet_measure.environments.dag_params.states import join, split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.walkers import Walkers
-
-from .cpds import CPDModel
-from .objective import Transitions
-from .states import join, split
 
 __all__ = ["EdgeReplay", "log_reward_estimate"]
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
+from gflownet_measure.environments.dag_params.states import split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.rollout import sample_forward
-
-from .policy import JSPPolicy
-from .states import split
 
 __all__ = ["posterior_samples"]
 

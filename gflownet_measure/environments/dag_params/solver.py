@@ -12,7 +12,7 @@ weight is 0.006-0.1 and a regression never gets there within a CPU budget. Here 
 
 with :math:`\\mathrm{PCG}_T` ``T`` steps of Jacobi-preconditioned (Polak-Ribiere) conjugate gradients from :math:`\\mu_0`
 (:func:`refine_mean`), or ``T`` Newton steps where the model solves its Newton system exactly
-(:meth:`~.cpd_base.CPDBase.newton_direction`: a linear-Gaussian model, whose first step lands on the posterior mean) and :math:`h` the model's positive curvature diagonal (:meth:`~.cpd_base.CPDBase.curvature`;
+(:meth:`~gflownet_measure.bayesnets.cpd_base.CPDModel.newton_direction`: a linear-Gaussian model, whose first step lands on the posterior mean) and :math:`h` the model's positive curvature diagonal (:meth:`~gflownet_measure.bayesnets.cpd_base.CPDModel.curvature`;
 exact for a linear-Gaussian model, Gauss-Newton for an MLP). At initialisation :math:`\\mathrm{softplus}(c) = 1`, so
 :math:`\\sigma_p^2 = 1/h_p`: for a Gaussian posterior that is the best factorised Gaussian (mean-field), before any training.
 
@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .network import FullGaussianHead
-from .theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
+from gflownet_measure.environments.dag_params.network import FullGaussianHead
+from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
 __all__ = ["refine_mean", "SolverHead", "SCALE_OFFSET"]
 
@@ -105,7 +105,7 @@ class SolverHead(nn.Module):
 
     Args:
         base: the amortised diagonal head whose :meth:`params` give :math:`(\\mu_0, \\rho)` and the active coordinates.
-        model: the CPD model (:class:`~.cpd_base.CPDBase`: ``log_reward_and_grad``, ``log_reward_hvp``, ``curvature``).
+        model: the CPD model (:class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`: ``log_reward_and_grad``, ``log_reward_hvp``, ``curvature``).
         steps: ``T``, solver steps (0: :math:`\\mu = \\mu_0`, the scale still from the curvature).
         rows: ``[M]`` long, the data rows the solver reads (fixed for the head's life), or ``None`` for all.
     """
@@ -160,7 +160,7 @@ class SolverHead(nn.Module):
     def _full(self, base: FullNormalTheta, graphs: Tensor) -> FullNormalTheta:
         """The full-covariance version (linear models): the mean solved as above and the precision factor
         :math:`U_j = N_j\\, L_j^\\top`, with :math:`L_j L_j^\\top = \\Lambda_j` the model's conditional precision
-        (:meth:`~.bayesnet.LinearGaussian.conditional_precision`) and :math:`N_j` the amortised head's factor with its parent
+        (:meth:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian.conditional_precision`) and :math:`N_j` the amortised head's factor with its parent
         diagonal divided by :math:`\\log 2`: the identity at initialisation, so that :math:`P_\\phi(\\theta \\mid G)` starts at
         the exact conditional posterior :math:`\\mathcal N(m_j, \\Lambda_j^{-1})` (JSP-GFN eq. D.24) and learns a correction."""
         d = self.model.d

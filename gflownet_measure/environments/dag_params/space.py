@@ -1,7 +1,7 @@
 """The hybrid space :math:`\\mathcal G \\times \\Theta` of JSP-GFN as a measurable pointed graph (Deleu et al. 2023; Lahlou et al. 2023 section 4.4).
 
 States are flat vectors ``[adj (d*d) | theta (P) | stopped]`` (:mod:`~gflownet_measure.environments.dag_params.states`) (``adj`` row-major, ``adj[i, j] = 1`` for i -> j; ``theta`` the
-flat parameter vector of the CPD model, :mod:`~gflownet_measure.environments.dag_params.cpds`, ``P`` its ``n_params``):
+flat parameter vector of the CPD model, :mod:`~gflownet_measure.bayesnets.cpds`, ``P`` its ``n_params``):
 
 - an *intermediate* state :math:`(G, \\#)` has ``stopped = 0`` and ``theta = 0``; the source :math:`s_0` is the empty graph;
 - a *terminal* state :math:`(G, \\theta)` has ``stopped = 1`` and :math:`\\theta \\in \\Theta_G`, the model's active coordinates
@@ -19,7 +19,7 @@ The reference kernels:
 - :math:`\\kappa_b((G', \\#), \\cdot) = \\sum_{e \\in E(G')} \\delta_{(G' - e, \\#)}` (zero at :math:`s_0`, eq. 5) and
   :math:`\\kappa_b((G, \\theta), \\cdot) = \\delta_{(G, \\#)}`;
 - :math:`\\nu = \\sum_{G} \\delta_{(G, \\#)} + \\sum_G \\lambda_{\\Theta_G}` and the terminal measure :math:`\\sum_G \\lambda_{\\Theta_G}`:
-  enumerated for :math:`d \\le 5` (:func:`~gflownet_measure.environments.dag_params.dags.enumerate_dags`); beyond, given by the importance
+  enumerated for :math:`d \\le 5` (:func:`~gflownet_measure.bayesnets.dags.enumerate_dags`); beyond, given by the importance
   rule of :mod:`~gflownet_measure.environments.dag_params.reference` (a :class:`~gflownet_measure.sampled.SampledMeasure`).
 
 Eq. 4 holds term by term: adding ``e`` to ``G`` and removing it from ``G + e`` pair the same counting measures, and
@@ -35,14 +35,13 @@ import math
 import torch
 from torch import Tensor
 
+from gflownet_measure.bayesnets.dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
 from gflownet_measure.charts import Chart
+from gflownet_measure.environments.dag_params.reference import PROPOSAL_SCALE, sampled_measures
+from gflownet_measure.environments.dag_params.states import ActiveFn, join, split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import ImplicitAtoms, Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
-
-from .dags import MAX_ENUMERATE, enumerate_dags, transitive_closure, valid_edges
-from .reference import PROPOSAL_SCALE, sampled_measures
-from .states import ActiveFn, join, split
 
 __all__ = ["ThetaChart", "DagKernel", "enumerated_measures", "make_space", "encode"]
 
@@ -188,7 +187,7 @@ def enumerated_measures(d: int, n_params: int, chart: ThetaChart, max_parents: i
 
 
 def make_space(model, max_parents: int | None = None, name: str = "dag-params") -> PointedGraph:
-    """The pointed graph of the module docstring for a CPD ``model`` (:mod:`~gflownet_measure.environments.dag_params.cpds`: ``d``,
+    """The pointed graph of the module docstring for a CPD ``model`` (:mod:`~gflownet_measure.bayesnets.cpds`: ``d``,
     ``n_params``, ``active``, ``log_reward``); :math:`\\log R` w.r.t. :math:`\\lambda_{\\Theta_G}` is ``model.log_reward`` on all
     the data. :math:`\\nu` is enumerated for ``d <= 5``, an importance rule beyond."""
     d, P = model.d, model.n_params

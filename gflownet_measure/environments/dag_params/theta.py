@@ -1,7 +1,7 @@
 """The densities :math:`P_\\phi(\\theta \\mid G)` of JSP-GFN's parameter heads (Deleu et al. 2023, section 3.3 and
 appendix; docs/references.md, 'Network') as torch distributions over flat parameter vectors ``theta [..., B, P]``.
 
-The layout of ``theta`` is the CPD model's (:mod:`~gflownet_measure.environments.dag_params.cpds`); ``active [B, P]`` bool marks the
+The layout of ``theta`` is the CPD model's (:mod:`~gflownet_measure.bayesnets.cpds`); ``active [B, P]`` bool marks the
 coordinates of :math:`\\Theta_G` for each graph (``model.active(adj)``):
 
 - :class:`DiagNormalTheta` (``lingauss-diag``, ``mlp``): :math:`\\theta_i \\sim \\mathcal N(\\mu_i, \\sigma_i^2)` independently on
@@ -125,7 +125,7 @@ class FullNormalTheta(MaskedNormalTheta):
 
     Samples: :math:`\\theta_{\\cdot j} = \\mu_j + U_j^{-1}\\varepsilon_j` (a triangular solve, one per ``(b, j)`` for
     all ``S`` samples at once), since :math:`\\mathrm{Cov}(U^{-1}\\varepsilon) = (U^\\top U)^{-1}`, masked to the edges.
-    Values are flat (``theta[i d + j]``, the layout of :class:`~gflownet_measure.environments.dag_params.bayesnet.LinearGaussian`).
+    Values are flat (``theta[i d + j]``, the layout of :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`).
 
     Args:
         loc: ``[B, d(i), d(j)]``, :math:`\\mu_{ij}`, zero off the edges.

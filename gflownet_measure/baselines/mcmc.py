@@ -46,31 +46,31 @@ edge RMSE 0.01 (Gibbs-MC3) and 0.015-0.14 (MH-MC3, dataset seeds 0-1). Both mix 
 
 Implementation: the legal moves of each graph met are cached (:class:`_MoveTable`), and so are the
 conjugate factors of :math:`P(\\theta | G, D)` (:class:`_GibbsDraws`); the chains' state is numpy (torch's
-per-call overhead dominates on d x d arrays), and ``model.log_reward`` is called once per step on all chains
-and candidate states stacked. About 2,000 steps/s for one chain at d = 5 on one shared core (mostly
-``log_reward``); the chains of a batch cost little more.
+per-call overhead dominates on d x d arrays), and ``model.log_reward`` is called once per move on all chains
+batched. The samplers are written as kernels, :func:`init` and a step per move (:func:`mc3_step`,
+:func:`random_walk_step`, :func:`gibbs_step`) composed by :func:`mh_mc3` and :func:`gibbs_mc3` and run by
+:func:`sample_chains`, in the style of BlackJAX (Cabezas et al. 2024): a new sampler composes the steps.
 
 Samples: after ``burn_in`` steps, every ``thin``-th state of each chain, ``n_samples`` per chain;
 ``graphs[c * n_samples + t]`` is chain c's t-th kept state. Parameters are flat, ``theta [..., d * d]`` with
-``theta[i * d + j]`` = :math:`\\theta_{ij}` (:class:`~.bayesnet.LinearGaussian`'s layout); the chains keep them as
+``theta[i * d + j]`` = :math:`\\theta_{ij}` (:class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`'s layout); the chains keep them as
 ``[d, d]`` matrices inside.
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from gflownet_measure.bayesnets.dags import valid_edges
 from gflownet_measure.gaussian import LOG_2PI
 
-from .dags import valid_edges
-
-__all__ = ["MOVES", "MCMCSamples", "StructureProposal", "legal_moves", "propose_structure", "mh_mc3", "gibbs_mc3"]
+__all__ = ["MOVES", "MCMCSamples", "StructureProposal", "legal_moves", "propose_structure", "ChainState", "Target", "init", "mc3_step", "random_walk_step", "gibbs_step", "sample_chains", "mh_mc3", "gibbs_mc3"]
 
 MOVES = ("add", "remove", "reverse")
 
@@ -195,7 +195,7 @@ def _propose_one(adj: np.ndarray, u_pick: float, table: _MoveTable):
 
 
 def _linear_active(adj: np.ndarray) -> np.ndarray:
-    """The active coordinates of :class:`~.bayesnet.LinearGaussian`: ``adj`` flattened, ``[B, d * d]``."""
+    """The active coordinates of :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`: ``adj`` flattened, ``[B, d * d]``."""
     return adj.reshape(len(adj), -1)
 
 
@@ -280,6 +280,72 @@ class _GibbsDraws:
         return mean + np.einsum("cjik,cjk->cij", scale, z)
 
 
+# ---------------------------------------------------------------- kernels: init and step (as BlackJAX writes samplers)
+
+
+class ChainState(NamedTuple):
+    """The state of ``C`` chains: graphs ``adj [C, d, d]`` bool, flat weights ``theta [C, P]`` float64, ``log_R [C]``."""
+
+    adj: np.ndarray
+    theta: np.ndarray
+    log_R: np.ndarray
+
+
+class Target:
+    """:math:`\\log R(G, \\theta)` and :math:`\\Theta_G` of a CPD model on the chains' numpy arrays (its device handled here)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def active(self, adj: np.ndarray) -> np.ndarray:
+        """``[C, P]`` bool: the active coordinates of each graph."""
+        return self.model.active(_on(self.model, adj)).cpu().numpy()
+
+    def log_R(self, adj: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """``[C]`` float64: ``model.log_reward`` without gradients."""
+        with torch.no_grad():
+            return self.model.log_reward(_on(self.model, adj), _on(self.model, theta)).double().cpu().numpy()
+
+
+def init(target: Target, n_chains: int) -> ChainState:
+    """Every chain at the empty graph with zero weights."""
+    d, P = target.model.d, target.model.n_params
+    adj, theta = np.zeros((n_chains, d, d), dtype=bool), np.zeros((n_chains, P))
+    return ChainState(adj, theta, target.log_R(adj, theta))
+
+
+def _select(ok: np.ndarray, new: ChainState, old: ChainState) -> ChainState:
+    """Per chain, ``new`` where ``ok [C]`` and ``old`` elsewhere."""
+    return ChainState(*(np.where(ok.reshape(-1, *[1] * (a.ndim - 1)), a, b) for a, b in zip(new, old)))
+
+
+def mc3_step(state: ChainState, target: Target, rng: np.random.Generator, table: _MoveTable, jump_std: float) -> tuple[ChainState, np.ndarray]:
+    """One reversible-jump MC3 structure move per chain (module docstring, 1.), accepted with
+    :math:`\\log \\alpha = \\log R(G', \\theta') - \\log R(G, \\theta) + \\log h`; a NaN ratio is rejected.
+    Returns the new state and the accepted chains ``[C]``."""
+    C, P = state.theta.shape
+    p_adj, p_theta, *_, log_h = _propose(state.adj, state.theta, jump_std, rng.random(C), rng.standard_normal((C, P)), table, target.active)
+    proposal = ChainState(p_adj, p_theta, target.log_R(p_adj, p_theta))
+    ok = np.log(rng.random(C)) < proposal.log_R - state.log_R + log_h
+    return _select(ok, proposal, state), ok
+
+
+def random_walk_step(state: ChainState, target: Target, rng: np.random.Generator, step: float) -> tuple[ChainState, np.ndarray]:
+    """One Gaussian random-walk move of the active weights, :math:`\\theta'_E = \\theta_E + \\epsilon \\xi` (module
+    docstring, 2.), symmetric: :math:`\\log \\alpha = \\log R(G, \\theta') - \\log R(G, \\theta)`. Returns the new state
+    and the accepted chains ``[C]``."""
+    walk = state.theta + step * rng.standard_normal(state.theta.shape) * target.active(state.adj)
+    proposal = ChainState(state.adj, walk, target.log_R(state.adj, walk))
+    ok = np.log(rng.random(len(walk))) < proposal.log_R - state.log_R
+    return _select(ok, proposal, state), ok
+
+
+def gibbs_step(state: ChainState, target: Target, rng: np.random.Generator, draws: _GibbsDraws) -> ChainState:
+    """The exact weight move :math:`\\theta \\sim P(\\theta | G, D)` of every chain (always accepted)."""
+    theta = draws(state.adj, rng).reshape(state.theta.shape)
+    return ChainState(state.adj, theta, target.log_R(state.adj, theta))
+
+
 # ---------------------------------------------------------------- samplers
 
 
@@ -294,68 +360,31 @@ def _check(fn: str, model, n_samples, burn_in, thin, n_chains, jump_std, theta_s
         raise ValueError(f"{fn}: structure moves need d >= 2 nodes, got d = {model.d}")
 
 
-def _run(fn: str, model, n_samples: int, burn_in: int, thin: int, n_chains: int, seed: int, jump_std: float, theta_step: float, gibbs: bool, progress: bool, max_parents: int | None) -> MCMCSamples:
-    """The shared loop: a structure move, then a random-walk (``gibbs=False``) or Gibbs (``gibbs=True``) weight move.
+Kernel = Callable[[ChainState, np.random.Generator], tuple[ChainState, dict[str, np.ndarray]]]
+"""One step of every chain: the new state and, per move, its accepted chains (the first: the structure move)."""
 
-    One ``model.log_reward`` call per step on a stacked batch: MH evaluates :math:`(G', \\theta')`,
-    :math:`(G', \\theta' + \\epsilon\\xi)` and :math:`(G, \\theta + \\epsilon\\xi)` (the random walk starts from
-    whichever state the structure move leaves); Gibbs evaluates the fresh :math:`(G, \\theta)` with :math:`(G', \\theta')`.
-    """
-    _check(fn, model, n_samples, burn_in, thin, n_chains, jump_std, theta_step)
+
+def sample_chains(fn: str, kernel: Kernel, state: ChainState, n_samples: int, burn_in: int, thin: int, rng: np.random.Generator, progress: bool) -> MCMCSamples:
+    """``burn_in + n_samples * thin`` steps of ``kernel`` from ``state``, keeping every ``thin``-th state after the burn-in;
+    a tqdm bar (``progress``) shows each move's acceptance rate."""
     t0 = time.perf_counter()
-    C, d, s, eps = int(n_chains), model.d, float(jump_std), float(theta_step)
-    rng = np.random.default_rng(int(seed))
-    draw_theta = _GibbsDraws(model) if gibbs else None
-    P = model.n_params
-    adj = np.zeros((C, d, d), dtype=bool)  # every chain starts at the empty graph
-    theta = np.zeros((C, P))
-    table = _MoveTable(d, max_parents)
-    graphs = np.zeros((C, n_samples, d, d), dtype=bool)
-    thetas = np.zeros((C, n_samples, P))
+    C, d = state.adj.shape[:2]
+    graphs, thetas = np.zeros((C, n_samples, d, d), dtype=bool), np.zeros((C, n_samples, state.theta.shape[1]))
     total = int(burn_in) + int(n_samples) * int(thin)
-    n_struct = n_theta = 0
-
-    def active(a: np.ndarray) -> np.ndarray:
-        return model.active(_on(model, a)).cpu().numpy()
-
-    def log_R(a: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return model.log_reward(_on(model, a), _on(model, t)).double().cpu().numpy()
-
-    with torch.no_grad():
-        cur = log_R(adj, theta)  # [C]
-        bar = tqdm(range(total), desc=fn, mininterval=2.0, dynamic_ncols=True, disable=not progress)
-        for step in bar:
-            p_adj, p_theta, *_, log_h = _propose(adj, theta, s, rng.random(C), rng.standard_normal((C, P)), table, active)
-            if gibbs:
-                both = log_R(np.concatenate([adj, p_adj]), np.concatenate([theta, p_theta]))  # [2C]
-                cur, new = both[:C], both[C:]
-            else:
-                xi = eps * rng.standard_normal((2, C, P))
-                walk_new, walk_old = p_theta + xi[0] * active(p_adj), theta + xi[1] * active(adj)  # active entries only
-                three = log_R(np.concatenate([p_adj, p_adj, adj]), np.concatenate([p_theta, walk_new, walk_old]))  # [3C]
-                new, walk_R_new, walk_R_old = three[:C], three[C:2 * C], three[2 * C:]
-            ok = np.log(rng.random(C)) < new - cur + log_h  # [C]; NaN is rejected
-            okm, okt = ok[:, None, None], ok[:, None]
-            adj, theta = np.where(okm, p_adj, adj), np.where(okt, p_theta, theta)
-            cur = np.where(ok, new, cur)
-            n_struct += int(ok.sum())
-            if gibbs:
-                theta = draw_theta(adj, rng).reshape(C, P)  # cur is refreshed next step
-            else:
-                walk, walk_R = np.where(okt, walk_new, walk_old), np.where(ok, walk_R_new, walk_R_old)
-                ok = np.log(rng.random(C)) < walk_R - cur
-                theta, cur = np.where(ok[:, None], walk, theta), np.where(ok, walk_R, cur)
-                n_theta += int(ok.sum())
-            kept = step + 1 - burn_in
-            if kept > 0 and kept % thin == 0:
-                graphs[:, kept // thin - 1], thetas[:, kept // thin - 1] = adj, theta
-            if progress and (step + 1) % 1000 == 0:
-                post = {"acc_G": f"{n_struct / ((step + 1) * C):.3f}"}
-                if not gibbs:
-                    post["acc_theta"] = f"{n_theta / ((step + 1) * C):.3f}"
-                bar.set_postfix(post, refresh=False)
-        bar.close()
-    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, P)), n_struct / (total * C) if total else math.nan, time.perf_counter() - t0)
+    accepted: dict[str, int] = {}
+    bar = tqdm(range(total), desc=fn, mininterval=2.0, dynamic_ncols=True, disable=not progress)
+    for step in bar:
+        state, ok = kernel(state, rng)
+        for name, mask in ok.items():
+            accepted[name] = accepted.get(name, 0) + int(mask.sum())
+        kept = step + 1 - burn_in
+        if kept > 0 and kept % thin == 0:
+            graphs[:, kept // thin - 1], thetas[:, kept // thin - 1] = state.adj, state.theta
+        if progress and (step + 1) % 1000 == 0:
+            bar.set_postfix({name: f"{n / ((step + 1) * C):.3f}" for name, n in accepted.items()}, refresh=False)
+    bar.close()
+    acceptance = next(iter(accepted.values())) / (total * C) if total else math.nan
+    return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, thetas.shape[-1])), acceptance, time.perf_counter() - t0)
 
 
 def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
@@ -368,7 +397,7 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
     then one Gaussian random-walk move of all active weights, :math:`\\log \\alpha = \\Delta \\log R`.
 
     Args:
-        model: a CPD model (:mod:`~.cpds`: ``d``, ``n_params``, ``active`` and ``log_reward(adj [B, d, d], theta [B, P]) -> [B]``).
+        model: a CPD model (:mod:`~gflownet_measure.bayesnets.cpds`: ``d``, ``n_params``, ``active`` and ``log_reward(adj [B, d, d], theta [B, P]) -> [B]``).
         n_samples: states kept per chain.
         burn_in: steps discarded before the first kept state.
         thin: steps between kept states.
@@ -378,12 +407,20 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
         theta_step: step size :math:`\\epsilon` of the random walk on active weights.
         progress: show a tqdm bar with the acceptance rates.
         max_parents: at most this many parents per node (``None``: no limit); the target is then restricted to
-            those DAGs, as :class:`~.exact.ExactPosterior` with the same ``max_parents``.
+            those DAGs, as :class:`~gflownet_measure.bayesnets.exact_posterior.ExactPosterior` with the same ``max_parents``.
 
     Returns:
         :class:`MCMCSamples`, ``acceptance`` of the structure moves.
     """
-    return _run("mh_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, theta_step, False, progress, max_parents)
+    _check("mh_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, theta_step)
+    target, table = Target(model), _MoveTable(model.d, max_parents)
+
+    def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
+        state, acc_G = mc3_step(state, target, rng, table, float(jump_std))
+        state, acc_theta = random_walk_step(state, target, rng, float(theta_step))
+        return state, {"acc_G": acc_G, "acc_theta": acc_theta}
+
+    return sample_chains("mh_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)
 
 
 def gibbs_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
@@ -400,4 +437,11 @@ def gibbs_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10,
     Returns:
         :class:`MCMCSamples`; each kept ``theta`` is an exact posterior draw given its graph.
     """
-    return _run("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, seed, jump_std, 1.0, True, progress, max_parents)
+    _check("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, 1.0)
+    target, table, draws = Target(model), _MoveTable(model.d, max_parents), _GibbsDraws(model)
+
+    def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
+        state, acc_G = mc3_step(state, target, rng, table, float(jump_std))
+        return gibbs_step(state, target, rng, draws), {"acc_G": acc_G}
+
+    return sample_chains("gibbs_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)

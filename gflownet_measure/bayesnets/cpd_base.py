@@ -8,7 +8,7 @@ the others are 0 in a state and never read. With :math:`\\sigma_0^2` = ``prior_v
           \\log P(\\theta | G) = \\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)
 
 (Deleu et al. 2023, sections 3 and 5), a density w.r.t. counting measure on DAGs times Lebesgue measure on the active
-coordinates. :class:`CPDBase` implements the priors, the reward and the checks once; a model subclasses it and writes
+coordinates. :class:`CPDModel` implements the priors, the reward and the checks once; a model subclasses it and writes
 ``kind``, ``block``, ``block_index``, ``active`` and ``log_likelihood`` (docs/cpd_models.md).
 
 Perfect interventions (Pearl 2009; Eaton & Murphy 2007; Deleu et al. 2023, section 5.3): with ``interventions [N, d]``
@@ -17,7 +17,7 @@ bool, a row :math:`n` that sets node :math:`j` from outside drops node :math:`j`
 .. math:: \\log P(D | G, \\theta) = \\sum_n \\sum_{j : \neg I_{nj}} \\log P(x_{nj} | x_{n, \\mathrm{Pa}(j)}, \\theta_j),
 
 the interventional likelihood (the intervened values are conditioned on, not modelled). A model that supports it
-sets ``interventional = True`` and sums its per-entry terms with :meth:`CPDBase._observed_sum`.
+sets ``interventional = True`` and sums its per-entry terms with :meth:`CPDModel._observed_sum`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from torch import Tensor
 
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["GRAPH_PRIORS", "CPDBase", "check_variance"]
+__all__ = ["GRAPH_PRIORS", "CPDModel", "check_variance"]
 
 GRAPH_PRIORS = ("uniform", "erdos_renyi")
 
@@ -40,8 +40,13 @@ def check_variance(owner: str, name: str, value: float) -> None:
         raise ValueError(f"{owner}: {name} must be finite and > 0; got {value!r}")
 
 
-class CPDBase(abc.ABC):
-    """The shared half of a CPD model (:class:`~.cpds.CPDModel`) on ``data [N, d]``.
+class CPDModel(abc.ABC):
+    """A CPD model on ``data [N, d]``: the one contract that the DAG x Theta space, its policy and the baselines read.
+
+    Shapes: ``adj [..., d, d]`` bool (``adj[i, j]`` iff :math:`i \\to j`), ``theta [..., P]`` flat, broadcasting against
+    each other (``[S, B, P]`` against ``[B, d, d]``); results ``[...]``, in ``theta``'s dtype, differentiable in ``theta``
+    and independent of its inactive coordinates (NaN included). The priors, the reward and the checks are written here
+    once; a model writes ``kind``, ``block``, ``block_index``, ``active`` and ``log_likelihood``.
 
     Args:
         data: ``[N, d]`` observations, finite (kept as float64; a categorical model converts them).
@@ -53,6 +58,9 @@ class CPDBase(abc.ABC):
             dropped); ``None``: observational data. Only for a model with ``interventional = True``.
     """
 
+    d: int  # variables
+    n: int  # data rows N
+    data: Tensor  # [N, d]: float64 (continuous) or long (categorical)
     kind: str  # "continuous" or "categorical": the data the model is defined for
     block: int  # parameters per node; n_params = d * block
     interventional = False  # whether the model takes interventions (its log_likelihood uses _observed_sum)

@@ -8,7 +8,7 @@ score is cached per (node, parent set). :class:`LocalScores` is that cache for a
 Two marginal scores are closed-form (conjugate priors):
 
 - the linear-Gaussian model's own, :math:`\\log \\mathcal N(x_j; 0, \\sigma^2 I + \\sigma_0^2 X_P X_P^\\top)` (JSP-GFN eq.
-  D.24; :class:`~.bayesnet.LinearGaussian`);
+  D.24; :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`);
 - the Dirichlet-categorical (BDeu) score of discrete data (Heckerman, Geiger and Chickering 1995, eq. 35 with the
   uniform prior of Buntine 1991): with :math:`r` states, :math:`q = r^{|P|}` parent configurations, counts
   :math:`N_{jks}` of state :math:`s` under configuration :math:`k` and :math:`N_{jk} = \\sum_s N_{jks}`,
@@ -114,7 +114,7 @@ def lookahead_scores(model) -> LocalScores:
     """The :class:`LocalScores` whose gains the lookahead adds for a CPD ``model``: its own closed-form marginal (a
     linear-Gaussian model), the BDeu score of its states (a categorical model), or the linear-Gaussian marginal of its
     data, with its noise variance where it has one (any other continuous model)."""
-    from .bayesnet import LinearGaussian
+    from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
     if isinstance(model, LinearGaussian):
         return model.scores

@@ -4,7 +4,7 @@ Deleu et al. 2023: Table D.1 (d = 5) compares edge, path and Markov-blanket marg
 posterior by RMSE and Pearson r; section 5.2 (d = 20) scores samples against the true graph :math:`A^*`
 by the expected SHD and the AUROC of the edge marginals (reference facts 4.8).
 
-A feature is a 0/1 matrix :math:`f(G) \\in \\{0, 1\\}^{d \\times d}` (:mod:`.dags`, :data:`FEATURES`):
+A feature is a 0/1 matrix :math:`f(G) \\in \\{0, 1\\}^{d \\times d}` (:mod:`gflownet_measure.bayesnets.dags`, :data:`FEATURES`):
 
 - ``edge``: :math:`f_{ij} = 1[i \\to j]`;
 - ``path``: :math:`f_{ij} = 1[i \\leadsto j]`, a directed path from i to j;
@@ -24,7 +24,7 @@ import torch
 from scipy.stats import rankdata
 from torch import Tensor
 
-from .dags import FEATURES, weighted_features
+from gflownet_measure.bayesnets.dags import FEATURES, weighted_features
 
 __all__ = ["sample_features", "rmse_pearson", "feature_metrics", "expected_shd", "auroc"]
 

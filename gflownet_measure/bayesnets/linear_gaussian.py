@@ -6,7 +6,7 @@ Model, with :math:`\\sigma^2` = ``obs_var`` and :math:`\\sigma_0^2` = ``prior_va
           \\qquad \\theta_{ij} \\sim \\mathcal N(0, \\sigma_0^2) \\text{ for active } A_{ij} = 1,
 
 and the reward of the hybrid GFlowNet is :math:`\\log R(G, \\theta) = \\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`
-(the priors and the reward: :mod:`.cpd_base`). A parameter vector is flat, ``theta [..., P]`` with :math:`P = d^2`
+(the priors and the reward: :mod:`gflownet_measure.bayesnets.cpd_base`). A parameter vector is flat, ``theta [..., P]`` with :math:`P = d^2`
 row-major: ``theta[i * d + j]`` = :math:`\\theta_{ij}`, the weight of :math:`i \\to j` (``theta_matrix.flatten(-2)``);
 node ``j``'s block is its column, the positions ``i * d + j``.
 
@@ -23,22 +23,17 @@ integrate out in closed form (JSP-GFN eq. D.24; docs/references.md, 'Exact poste
 """
 from __future__ import annotations
 
-import csv
 import math
-from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from gflownet_measure.bayesnets.cpd_base import CPDModel, check_variance
+from gflownet_measure.bayesnets.scores import LocalScores
 from gflownet_measure.gaussian import LOG_2PI
 
-from .cpd_base import GRAPH_PRIORS, CPDBase, check_variance
-from .scores import LocalScores
-
-__all__ = ["GRAPH_PRIORS", "LinearGaussian", "SimulatedData", "check_simulation", "random_er_dag", "simulate_er", "load_csv"]
+__all__ = ["LinearGaussian"]
 
 
 class _Local(NamedTuple):
@@ -53,7 +48,7 @@ class _Local(NamedTuple):
     mean_field_gap: float  # KL(q* || N(m_j, V_j)) for the best factorised Gaussian q*: 0.5 (sum_i log (V_j^-1)_ii - log det V_j^-1)
 
 
-class LinearGaussian(CPDBase):
+class LinearGaussian(CPDModel):
     """Data and hyper-parameters of the linear-Gaussian network; batched log-densities over ``adj [..., d, d]`` and flat ``theta [..., d * d]``.
 
     Args:
@@ -63,7 +58,7 @@ class LinearGaussian(CPDBase):
         graph_prior: ``"uniform"`` (:math:`\\log P(G) = 0`) or ``"erdos_renyi"``
             (:math:`\\log P(G) = |E| \\log\\frac{p}{1-p}`, :math:`p = 2k/(d-1)`, unnormalised as in the JSP code).
         edges_per_node: ``k`` of the Erdos-Renyi prior.
-        interventions: ``[N, d]`` 0/1, perfect interventions (:class:`~.cpd_base.CPDBase`): node ``j``'s terms, and its
+        interventions: ``[N, d]`` 0/1, perfect interventions (:class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`): node ``j``'s terms, and its
             closed-form posterior, read only the rows that do not intervene on it (:math:`O_j`), through its own Gram
             matrix :math:`C^{(j)} = \\sum_{n \\in O_j} x_n x_n^\\top` and row count :math:`N_j = |O_j|`.
     """
@@ -226,7 +221,7 @@ class LinearGaussian(CPDBase):
         return values[inverse].sum(-1)
 
     def edge_gains(self, adj: Tensor) -> Tensor:
-        """The lookahead's gains ``[B, d, d]`` float64 of the closed-form marginal (:meth:`.scores.LocalScores.edge_gains`):
+        """The lookahead's gains ``[B, d, d]`` float64 of the closed-form marginal (:meth:`~gflownet_measure.bayesnets.scores.LocalScores.edge_gains`):
         only node ``j``'s local term changes when ``i -> j`` is added (JSP-GFN eq. D.24)."""
         return self.scores.edge_gains(adj)
 
@@ -308,123 +303,6 @@ class LinearGaussian(CPDBase):
         Per child, the best :math:`q` has the posterior mean and variances :math:`1 / (V_j^{-1})_{ii}`, and
         :math:`\\mathrm{KL} = \\tfrac12 (\\sum_i \\log (V_j^{-1})_{ii} - \\log\\det V_j^{-1}) \\ge 0` (Hadamard), 0 iff
         :math:`V_j` is diagonal. It is the log-evidence lost by a diagonal :math:`\\theta` density: see
-        :meth:`~.exact.ExactPosterior.mean_field_log_prob`.
+        :meth:`~gflownet_measure.bayesnets.exact_posterior.ExactPosterior.mean_field_log_prob`.
         """
         return self._per_graph(adj, "mean_field_gap")
-
-
-@dataclass(frozen=True)
-class SimulatedData:
-    """A simulated network: ground truth ``adj [d, d]`` bool and flat ``theta [P]`` (in the layout of the model that
-    simulated it, 0 off :math:`\\Theta_G`), ``train [N, d]`` and ``valid [N', d]`` float64, variable ``names``."""
-
-    adj: Tensor
-    theta: Tensor
-    train: Tensor
-    valid: Tensor
-    names: list[str]
-
-
-def check_simulation(fn: str, d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float) -> None:
-    """The one-line ``ValueError`` of a simulator ``fn`` given sizes or scales it cannot use."""
-    if int(d) != d or d < 1 or int(n_train) != n_train or n_train < 1 or int(n_valid) != n_valid or n_valid < 0:
-        raise ValueError(f"{fn}: need integers d >= 1, n_train >= 1, n_valid >= 0; got {d!r}, {n_train!r}, {n_valid!r}")
-    if not (edges_per_node >= 0 and obs_std > 0):
-        raise ValueError(f"{fn}: need edges_per_node >= 0 and obs_std > 0; got {edges_per_node!r}, {obs_std!r}")
-
-
-def random_er_dag(d: int, edges_per_node: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """:math:`G \\sim \\mathrm{ER}(p)`, :math:`p = \\min(1, 2k/(d-1))` (docs/references.md, 'Simulated data'): ``(adj [d, d] bool, order [d])``.
-
-    A Bernoulli(p) strict lower triangle with its nodes randomly permuted by ``perm``: :math:`i \\to j` iff
-    ``perm[i] > perm[j]``, so ``order`` (the nodes by decreasing ``perm``) is a topological order.
-    """
-    p = min(1.0, 2 * edges_per_node / (d - 1)) if d > 1 else 0.0
-    lower = np.tril(rng.random((d, d)) < p, k=-1)
-    perm = rng.permutation(d)
-    return lower[perm][:, perm], np.argsort(-perm)
-
-
-def simulate_er(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0) -> SimulatedData:
-    """:math:`G \\sim \\mathrm{ER}(p)` (:func:`random_er_dag`), :math:`\\theta_{ij} \\sim \\mathcal N(0, 1)`, :math:`X = E (I - \\Theta)^{-1}` (docs/references.md, 'Simulated data').
-
-    The data solve :math:`X = X\\Theta + E` with :math:`E_{nj} \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, which equals
-    ancestral sampling because :math:`\\Theta` is nilpotent on a DAG. ``theta`` is flat ``[d * d]``
-    (:class:`LinearGaussian`'s layout). Deterministic given ``seed`` (numpy ``Generator``).
-    """
-    check_simulation("simulate_er", d, edges_per_node, n_train, n_valid, obs_std)
-    rng = np.random.default_rng(seed)
-    adj, _ = random_er_dag(d, edges_per_node, rng)
-    theta = np.where(adj, rng.normal(size=(d, d)), 0.0)
-    noise = rng.normal(scale=obs_std, size=(n_train + n_valid, d))
-    x = np.linalg.solve((np.eye(d) - theta).T, noise.T).T  # X (I - Theta) = E
-    x = torch.from_numpy(x)
-    return SimulatedData(torch.from_numpy(adj), torch.from_numpy(theta).flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
-
-
-def load_csv(path, skip: tuple[str, ...] = ()) -> tuple[Tensor, list[str]]:
-    """``(data [N, d] float64, names)`` from a comma-separated UTF-8 file with a header row of variable names and one column per variable.
-
-    Columns whose name (case-insensitive) is in ``skip`` are not variables and are left out (e.g. an ``intervention``
-    column, read by :func:`~.interventions.load_data`).
-
-    Every problem is a ``ValueError`` of one line naming the file and what to change: a missing file or a folder, an
-    unreadable or non-UTF-8 file, another separator, a first row of numbers (no header), ragged rows, cells that are not
-    finite numbers.
-    """
-    path = Path(path)
-    where = repr(str(path))
-    if path.is_dir():
-        raise ValueError(f"load_csv: {where} is a folder; give the path of a CSV file")
-    if not path.is_file():
-        raise ValueError(f"load_csv: no such file {where}")
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            lines = [row for row in csv.reader(f) if row]
-    except UnicodeDecodeError as e:
-        raise ValueError(f"load_csv: {where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it as UTF-8") from None
-    except OSError as e:
-        raise ValueError(f"load_csv: cannot read {where}: {e.strerror}") from None
-    if not lines:
-        raise ValueError(f"load_csv: {where} is empty; expected a header row of variable names")
-    names, rows = [n.strip() for n in lines[0]], lines[1:]
-    kept = [c for c, n in enumerate(names) if n.lower() not in skip]
-    if len(kept) < len(names):
-        if any(len(row) != len(names) for row in rows):
-            r = next(r for r, row in enumerate(rows, start=1) if len(row) != len(names))
-            raise ValueError(f"load_csv: data row {r} has {len(rows[r - 1])} cells, the header has {len(names)} (in {where})")
-        names, rows = [names[c] for c in kept], [[row[c] for c in kept] for row in rows]
-    if len(names) < 2:
-        other = next((sep for sep in (";", "\t", "|") if sep in lines[0][0]), None)
-        hint = f"; its header contains {other!r}: the file must be comma-separated" if other else ""
-        raise ValueError(f"load_csv: need at least 2 columns (variables); got {len(names)} in {where}{hint}")
-    if all(_is_number(n) for n in names):
-        raise ValueError(f"load_csv: the first row of {where} is numbers, not variable names; add a header row (one name per column)")
-    if len(set(names)) != len(names):
-        dup = sorted({n for n in names if names.count(n) > 1})
-        raise ValueError(f"load_csv: duplicate column names {dup} in {where}")
-    if len(rows) < 2:
-        raise ValueError(f"load_csv: need at least 2 data rows; got {len(rows)} in {where}")
-    values = np.empty((len(rows), len(names)))
-    for r, row in enumerate(rows, start=1):
-        if len(row) != len(names):
-            raise ValueError(f"load_csv: data row {r} has {len(row)} cells, the header has {len(names)} (in {where})")
-        for c, cell in enumerate(row):
-            try:
-                value = float(cell) if cell.strip() else math.nan
-            except ValueError:
-                raise ValueError(f"load_csv: non-numeric cell {cell!r} in column {names[c]!r}, data row {r} of {where}") from None
-            if math.isnan(value):
-                raise ValueError(f"load_csv: missing value (empty or NaN) in column {names[c]!r}, first at data row {r} of {where}")
-            if math.isinf(value):
-                raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r} of {where}")
-            values[r - 1, c] = value
-    return torch.from_numpy(values), names
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True

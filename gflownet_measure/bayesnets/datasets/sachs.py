@@ -58,7 +58,7 @@ CONDITIONS = (
 
 
 def _resource(name: str):
-    return resources.files("gflownet_measure.environments.dag_params").joinpath("data", name)
+    return resources.files("gflownet_measure.bayesnets.datasets").joinpath("data", name)
 
 
 def load_raw() -> np.ndarray:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .bayesnet import LinearGaussian
-from .dags import dag_codes, enumerate_dags, weighted_features
+from gflownet_measure.bayesnets.dags import dag_codes, enumerate_dags, weighted_features
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 __all__ = ["ExactPosterior"]
 
@@ -24,7 +24,7 @@ class ExactPosterior:
     """:math:`P(G | D)` over every DAG and :math:`P(\\theta | G, D)` in closed form, for a :class:`LinearGaussian` with ``d <= 5``.
 
     Attributes:
-        dags: ``[n, d, d]`` bool, all DAGs in increasing code order (:func:`~.dags.enumerate_dags`); with
+        dags: ``[n, d, d]`` bool, all DAGs in increasing code order (:func:`~gflownet_measure.bayesnets.dags.enumerate_dags`); with
             ``max_parents``, those where no node has more parents: the prior is restricted to them, as the GFlowNet's
             kernel restricts its terminal states.
         log_prob: ``[n]`` float64, :math:`\\log P(G | D)` (logsumexp 0).
@@ -45,7 +45,7 @@ class ExactPosterior:
         return float(self._log_Z)
 
     def features(self) -> dict[str, Tensor]:
-        """Exact marginals :math:`\\sum_G P(G | D) f(G)` ``[d, d]`` float64 for ``f`` in :data:`~.dags.FEATURES` (edge, path, Markov blanket)."""
+        """Exact marginals :math:`\\sum_G P(G | D) f(G)` ``[d, d]`` float64 for ``f`` in :data:`~gflownet_measure.bayesnets.dags.FEATURES` (edge, path, Markov blanket)."""
         if self._features is None:  # computed once: every evaluation during training compares with it
             self._features = weighted_features(self.dags, self.log_prob.exp())
         return self._features
@@ -57,7 +57,7 @@ class ExactPosterior:
         flows that balance the means :math:`E_q[\\log R(G, \\theta) - \\log q(\\theta | G)]`, so the terminating
         distribution over graphs is :math:`\\propto P(G) P(D | G)\\, e^{-\\mathrm{KL}(q_G \\| P(\\theta | G, D))}`. With
         each :math:`q_G` the best factorised Gaussian
-        (:meth:`~.bayesnet.LinearGaussian.mean_field_gap`) this is :math:`P(G | D)\\, e^{-\\mathrm{gap}(G)} / Z'`: a bias
+        (:meth:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian.mean_field_gap`) this is :math:`P(G | D)\\, e^{-\\mathrm{gap}(G)} / Z'`: a bias
         that no training of ``lingauss-diag`` removes where the posterior weights of a child are correlated.
         """
         log_p = self.log_prob - self.model.mean_field_gap(self.dags)
@@ -70,7 +70,7 @@ class ExactPosterior:
         return self._mean_field_features
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d * d] float64)``, ``theta`` flat (:class:`~.bayesnet.LinearGaussian`'s layout)."""
+        """``n`` exact draws :math:`G \\sim P(G | D)`, :math:`\\theta \\sim P(\\theta | G, D)`: ``(adj [n, d, d] bool, theta [n, d * d] float64)``, ``theta`` flat (:class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`'s layout)."""
         idx = torch.multinomial(self.log_prob.exp(), n, replacement=True, generator=generator)
         adj = self.dags[idx]
         return adj, self.model.sample_theta_posterior(adj, generator)

@@ -5,19 +5,19 @@ A data file may carry a column named ``intervention`` (any case), or a separate 
 ``;`` (``PKC;PKA``), or an empty cell / ``none`` / ``observational`` for a row observed without intervention. A separate
 file may instead be a 0/1 matrix with one column per node, headed by the data's column names. The result is an
 ``[N, d]`` bool mask: row ``n`` intervenes on node ``j``, so the CPD term of node ``j`` is dropped from row ``n``'s
-likelihood (:class:`~.cpd_base.CPDBase`). Every problem is a one-line ``ValueError`` naming the file, row and value.
+likelihood (:class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`). Every problem is a one-line ``ValueError`` naming the file, row and value.
 """
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from .bayesnet import load_csv
-
-__all__ = ["INTERVENTION_COLUMN", "OBSERVATIONAL", "parse_targets", "load_data", "load_interventions"]
+__all__ = ["INTERVENTION_COLUMN", "OBSERVATIONAL", "load_csv", "parse_targets", "load_data", "load_interventions"]
 
 INTERVENTION_COLUMN = "intervention"
 OBSERVATIONAL = ("", "none", "observational")
@@ -74,7 +74,7 @@ def load_interventions(path, names: list[str], n_rows: int) -> Tensor:
 
 
 def load_data(path, interventions: str = "") -> tuple[Tensor, list[str], Tensor | None]:
-    """``(data [N, d], names, mask [N, d] or None)`` of a CSV (:func:`~.bayesnet.load_csv`), its ``intervention`` column or the
+    """``(data [N, d], names, mask [N, d] or None)`` of a CSV (:func:`~gflownet_measure.bayesnets.datasets.csv_files.load_csv`), its ``intervention`` column or the
     separate ``interventions`` file giving the mask (both at once is a ``ValueError``); ``None`` for observational data."""
     data, names = load_csv(path, skip=(INTERVENTION_COLUMN,))
     with Path(path).open(newline="", encoding="utf-8") as f:
@@ -89,3 +89,71 @@ def load_data(path, interventions: str = "") -> tuple[Tensor, list[str], Tensor 
     elif interventions:
         mask = load_interventions(interventions, names, data.shape[0])
     return data, names, mask
+
+
+def load_csv(path, skip: tuple[str, ...] = ()) -> tuple[Tensor, list[str]]:
+    """``(data [N, d] float64, names)`` from a comma-separated UTF-8 file with a header row of variable names and one column per variable.
+
+    Columns whose name (case-insensitive) is in ``skip`` are not variables and are left out (e.g. an ``intervention``
+    column, read by :func:`~gflownet_measure.bayesnets.datasets.csv_files.load_data`).
+
+    Every problem is a ``ValueError`` of one line naming the file and what to change: a missing file or a folder, an
+    unreadable or non-UTF-8 file, another separator, a first row of numbers (no header), ragged rows, cells that are not
+    finite numbers.
+    """
+    path = Path(path)
+    where = repr(str(path))
+    if path.is_dir():
+        raise ValueError(f"load_csv: {where} is a folder; give the path of a CSV file")
+    if not path.is_file():
+        raise ValueError(f"load_csv: no such file {where}")
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            lines = [row for row in csv.reader(f) if row]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"load_csv: {where} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it as UTF-8") from None
+    except OSError as e:
+        raise ValueError(f"load_csv: cannot read {where}: {e.strerror}") from None
+    if not lines:
+        raise ValueError(f"load_csv: {where} is empty; expected a header row of variable names")
+    names, rows = [n.strip() for n in lines[0]], lines[1:]
+    kept = [c for c, n in enumerate(names) if n.lower() not in skip]
+    if len(kept) < len(names):
+        if any(len(row) != len(names) for row in rows):
+            r = next(r for r, row in enumerate(rows, start=1) if len(row) != len(names))
+            raise ValueError(f"load_csv: data row {r} has {len(rows[r - 1])} cells, the header has {len(names)} (in {where})")
+        names, rows = [names[c] for c in kept], [[row[c] for c in kept] for row in rows]
+    if len(names) < 2:
+        other = next((sep for sep in (";", "\t", "|") if sep in lines[0][0]), None)
+        hint = f"; its header contains {other!r}: the file must be comma-separated" if other else ""
+        raise ValueError(f"load_csv: need at least 2 columns (variables); got {len(names)} in {where}{hint}")
+    if all(_is_number(n) for n in names):
+        raise ValueError(f"load_csv: the first row of {where} is numbers, not variable names; add a header row (one name per column)")
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"load_csv: duplicate column names {dup} in {where}")
+    if len(rows) < 2:
+        raise ValueError(f"load_csv: need at least 2 data rows; got {len(rows)} in {where}")
+    values = np.empty((len(rows), len(names)))
+    for r, row in enumerate(rows, start=1):
+        if len(row) != len(names):
+            raise ValueError(f"load_csv: data row {r} has {len(row)} cells, the header has {len(names)} (in {where})")
+        for c, cell in enumerate(row):
+            try:
+                value = float(cell) if cell.strip() else math.nan
+            except ValueError:
+                raise ValueError(f"load_csv: non-numeric cell {cell!r} in column {names[c]!r}, data row {r} of {where}") from None
+            if math.isnan(value):
+                raise ValueError(f"load_csv: missing value (empty or NaN) in column {names[c]!r}, first at data row {r} of {where}")
+            if math.isinf(value):
+                raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r} of {where}")
+            values[r - 1, c] = value
+    return torch.from_numpy(values), names
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True

@@ -4,7 +4,7 @@ A terminal state of the DAG x Theta space holds a graph :math:`G` (``adj [d, d]`
 layout the model defines; the policy's parameter head emits node ``j``'s block from node ``j``'s embedding and
 scatters it to ``block_index()[j]``. Models (docs/cpd_models.md):
 
-- ``"lingauss"``: :class:`~.bayesnet.LinearGaussian`, :math:`x_j = \\sum_i \\theta_{ij} x_i + \\varepsilon_j`
+- ``"lingauss"``: :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`, :math:`x_j = \\sum_i \\theta_{ij} x_i + \\varepsilon_j`
   (Deleu et al. 2023, section 5.1), :math:`P = d^2`;
 - ``"mlp"``: :class:`MLPGaussian`, :math:`x_j \\sim \\mathcal N(\\mathrm{MLP}_j(x_{\\mathrm{Pa}(j)}), \\sigma^2)`
   (Lorch et al. 2021, the nonlinear Gaussian networks of its experiments; Deleu et al. 2023, section 5.2), :math:`P = d\\,(5d + 11)` with 5 hidden units;
@@ -26,63 +26,22 @@ from __future__ import annotations
 import abc
 import inspect
 import math
-from typing import Protocol, runtime_checkable
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gflownet_measure.bayesnets.cpd_base import CPDModel, check_variance
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.gaussian import LOG_2PI
 
-from .bayesnet import LinearGaussian, SimulatedData, check_simulation, random_er_dag
-from .cpd_base import CPDBase, check_variance
-
-__all__ = ["CPDModel", "MaskedMLP", "mlp_active", "mlp_layers", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model", "simulate_mlp", "simulate_zi"]
-
-
-@runtime_checkable
-class CPDModel(Protocol):
-    """What the DAG x Theta space, its policy and its baselines need of a model (every model subclasses :class:`~.cpd_base.CPDBase`).
-
-    Shapes: ``adj [..., d, d]`` bool (``adj[i, j]`` iff :math:`i \\to j`), ``theta [..., P]`` flat, broadcasting against
-    each other (``[S, B, P]`` against ``[B, d, d]``); results ``[...]``, in ``theta``'s dtype, differentiable in ``theta``
-    and independent of its inactive coordinates (NaN included).
-    """
-
-    d: int  # variables
-    n: int  # data rows N
-    data: Tensor  # [N, d]: float64 (continuous) or long (categorical)
-    block: int  # parameters per node
-    kind: str  # "continuous" or "categorical"
-
-    @property
-    def n_params(self) -> int:
-        """:math:`P = d \\cdot` ``block``."""
-
-    def block_index(self) -> Tensor:
-        """``[d, block]`` long: positions of node ``j``'s parameters in the flat ``theta``."""
-
-    def active(self, adj: Tensor) -> Tensor:
-        """``[..., P]`` bool: the coordinates of :math:`\\Theta_G`."""
-
-    def log_likelihood(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
-        """:math:`\\log P(D | G, \\theta)`; with ``rows [M]`` the unbiased :math:`\\frac{N}{M} \\sum_{n \\in \\text{rows}}` (JSP-GFN eq. 13)."""
-
-    def log_prior_theta(self, adj: Tensor, theta: Tensor) -> Tensor:
-        """:math:`\\sum_{p \\in \\Theta_G} \\log \\mathcal N(\\theta_p; 0, \\sigma_0^2)` w.r.t. Lebesgue on the active coordinates."""
-
-    def log_prior_graph(self, adj: Tensor) -> Tensor:
-        """:math:`\\log P(G)` (uniform or Erdos-Renyi)."""
-
-    def log_reward(self, adj: Tensor, theta: Tensor, rows: Tensor | None = None) -> Tensor:
-        """:math:`\\log P(D | G, \\theta) + \\log P(\\theta | G) + \\log P(G)`."""
+__all__ = ["MaskedMLP", "mlp_active", "mlp_layers", "mlp_outputs", "MLPGaussian", "CategoricalMLP", "ZeroInflatedMLP", "CPD_MODELS", "make_model"]
 
 
 # ---------------------------------------------------------------- the masked MLP shared by the two MLP models
 
 
-def _check_hidden(owner: str, hidden: int) -> None:
+def check_hidden(owner: str, hidden: int) -> None:
     if int(hidden) != hidden or hidden < 1:
         raise ValueError(f"{owner}: hidden must be an integer >= 1; got {hidden!r}")
 
@@ -129,8 +88,8 @@ def mlp_outputs(blocks: Tensor, inputs: Tensor, hidden: int, outputs: int) -> Te
     return torch.cat(parts).reshape(*blocks.shape[:-2], inputs.shape[0], d, outputs)
 
 
-class MaskedMLP(CPDBase):
-    """A :class:`~.cpd_base.CPDBase` whose node ``j`` is the masked MLP of the module docstring; a subclass sets the layout
+class MaskedMLP(CPDModel):
+    """A :class:`~gflownet_measure.bayesnets.cpd_base.CPDModel` whose node ``j`` is the masked MLP of the module docstring; a subclass sets the layout
     with :meth:`_layout`, encodes the data (:meth:`encode`) and scores the outputs."""
 
     hidden: int  # H
@@ -140,7 +99,7 @@ class MaskedMLP(CPDBase):
     interventional = True
 
     def _layout(self, hidden: int, features: int, outputs: int, extra: int = 0) -> None:
-        _check_hidden(type(self).__name__, hidden)
+        check_hidden(type(self).__name__, hidden)
         self.hidden, self.features, self.outputs, self.extra = int(hidden), features, outputs, extra
         self.block = self.hidden * self.d * features + self.hidden + outputs * self.hidden + outputs + extra
 
@@ -248,7 +207,7 @@ class MLPGaussian(MaskedMLP):
     Args:
         data: ``[N, d]`` observations.
         obs_var: :math:`\\sigma^2`, fixed (0.01: noise std 0.1).
-        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        prior_var, graph_prior, edges_per_node: as in :class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`.
         hidden: :math:`H`, hidden units per node.
     """
 
@@ -296,7 +255,7 @@ class CategoricalMLP(MaskedMLP):
 
     Args:
         data: ``[N, d]`` integer states (any dtype holding whole numbers >= 0); kept as long.
-        prior_var, graph_prior, edges_per_node: as in :class:`~.cpd_base.CPDBase`.
+        prior_var, graph_prior, edges_per_node: as in :class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`.
         hidden: :math:`H`, hidden units per node.
         n_states: :math:`K`; ``None``: the largest state + 1, at least 2.
     """
@@ -359,7 +318,7 @@ class ZeroInflatedMLP(MaskedMLP):
 
     Args:
         data: ``[N, d]`` observations; exact zeros are the dropouts.
-        prior_var, graph_prior, edges_per_node, interventions: as in :class:`~.cpd_base.CPDBase`.
+        prior_var, graph_prior, edges_per_node, interventions: as in :class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`.
         hidden: :math:`H`, hidden units per node.
     """
 
@@ -407,15 +366,15 @@ class ZeroInflatedMLP(MaskedMLP):
 # ---------------------------------------------------------------- registry
 
 
-CPD_MODELS: dict[str, type[CPDBase]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP, "zi-mlp": ZeroInflatedMLP}
+CPD_MODELS: dict[str, type[CPDModel]] = {"lingauss": LinearGaussian, "mlp": MLPGaussian, "categorical-mlp": CategoricalMLP, "zi-mlp": ZeroInflatedMLP}
 _SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node", "interventions")  # of make_model, not a model's own options
 
 
-def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None, **kw) -> CPDBase:
+def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None, **kw) -> CPDModel:
     """The model ``CPD_MODELS[name]`` on ``data [N, d]``; ``kw`` are that model's own options (``hidden``, ``n_states``).
 
     ``obs_var`` goes to the models with a fixed noise variance only (a categorical CPD has none, a zero-inflated one
-    learns its own); ``interventions [N, d]`` (perfect interventions, :class:`~.cpd_base.CPDBase`) to those that take
+    learns its own); ``interventions [N, d]`` (perfect interventions, :class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`) to those that take
     them. One-line ``ValueError`` for an unknown name (listing the valid ones), an option the model does not take,
     interventions it does not take, or data it cannot model.
     """
@@ -435,57 +394,3 @@ def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float 
             raise ValueError(f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}")
         kw["interventions"] = interventions
     return cls(data, prior_var=prior_var, graph_prior=graph_prior, edges_per_node=edges_per_node, **noise, **kw)
-
-
-# ---------------------------------------------------------------- simulated nonlinear data
-
-
-def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_std: float = 0.1, seed: int = 0, hidden: int = 5) -> SimulatedData:
-    """:math:`G \\sim \\mathrm{ER}(p)` (:func:`~.bayesnet.random_er_dag`, as :func:`~.bayesnet.simulate_er`), the parameters of
-    :class:`MLPGaussian` :math:`\\sim \\mathcal N(0, 1)` on :math:`\\Theta_G` (0 elsewhere), and ancestral sampling
-    :math:`x_j = \\mathrm{MLP}_j(x) + \\varepsilon_j`, :math:`\\varepsilon_j \\sim \\mathcal N(0,` ``obs_std`` :math:`^2)`, in a
-    topological order (as the nonlinear Gaussian networks of Lorch et al. 2021).
-
-    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 1)]`` in :class:`MLPGaussian`'s layout.
-    Deterministic given ``seed`` (numpy ``Generator``).
-    """
-    check_simulation("simulate_mlp", d, edges_per_node, n_train, n_valid, obs_std)
-    _check_hidden("simulate_mlp", hidden)
-    rng = np.random.default_rng(seed)
-    adj, order = random_er_dag(d, edges_per_node, rng)
-    adj = torch.from_numpy(adj)
-    block = (d + 2) * hidden + 1
-    theta = torch.where(mlp_active(adj, hidden, 1, 1), torch.from_numpy(rng.normal(size=d * block)), 0.0)
-    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
-    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
-    for j in order.tolist():  # the parents of j are filled in; the other columns are masked
-        x[:, j] = mlp_outputs(theta.view(d, block), x, hidden, 1)[:, j, 0] + noise[:, j]
-    return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
-
-
-def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha: float = 0.3, obs_std: float = 0.1, seed: int = 0, hidden: int = 16) -> SimulatedData:
-    """Zero-inflated data with a known graph: :math:`G` and the network parameters as :func:`simulate_mlp` (:math:`\\mathcal N(0, 1)`
-    on :math:`\\Theta_G`), :math:`\\alpha_j` = ``alpha`` and :math:`\\sigma_j` = ``obs_std`` for every node, and ancestral
-    sampling :math:`x_j = 0` with probability :math:`\\alpha_j`, else :math:`\\mathrm{MLP}_j(x) + \\sigma_j \\varepsilon`.
-
-    Returns :class:`~.bayesnet.SimulatedData` with ``theta`` flat ``[d ((d + 2) H + 3)]`` in :class:`ZeroInflatedMLP`'s layout
-    (:math:`a_j = \\mathrm{logit}\\,\\alpha`, :math:`s_j = \\log \\sigma`). Deterministic given ``seed``.
-    """
-    check_simulation("simulate_zi", d, edges_per_node, n_train, n_valid, obs_std)
-    _check_hidden("simulate_zi", hidden)
-    if not 0 <= alpha < 1:
-        raise ValueError(f"simulate_zi: alpha must be in [0, 1); got {alpha!r}")
-    rng = np.random.default_rng(seed)
-    adj, order = random_er_dag(d, edges_per_node, rng)
-    adj = torch.from_numpy(adj)
-    net = (d + 2) * hidden + 1
-    theta = torch.where(mlp_active(adj, hidden, 1, 1, 2), torch.from_numpy(rng.normal(size=d * (net + 2))), 0.0).view(d, net + 2)
-    theta[:, net] = math.log(alpha / (1 - alpha)) if alpha > 0 else -30.0
-    theta[:, net + 1] = math.log(obs_std)
-    noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
-    dropout = torch.from_numpy(rng.random((n_train + n_valid, d)) < alpha)
-    x = torch.zeros(n_train + n_valid, d, dtype=torch.float64, device="cpu")  # simulated on the CPU, as numpy draws it
-    for j in order.tolist():
-        value = mlp_outputs(theta[:, :net], x, hidden, 1)[:, j, 0] + noise[:, j]
-        x[:, j] = torch.where(dropout[:, j], 0.0, value)
-    return SimulatedData(adj, theta.flatten(), x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])

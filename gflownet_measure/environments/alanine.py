@@ -33,7 +33,7 @@ from gflownet_measure.metrics import grid_jsd
 
 from .torus_targets import TorusTarget, check_log_reward_grid, periodic_grid
 
-__all__ = ["STRUCTURE", "BACKBONE", "BASINS", "KB", "ENERGY_CAP", "validate", "Molecule", "periodic_cubic", "basin_of", "target"]
+__all__ = ["STRUCTURE", "BACKBONE", "BASINS", "KB", "ENERGY_CAP", "validate", "dihedral", "Molecule", "periodic_cubic", "basin_of", "target"]
 
 STRUCTURE = Path(__file__).parent / "data" / "alanine-dipeptide.pdb"
 BACKBONE = (("ACE", "C"), ("ALA", "N"), ("ALA", "CA"), ("ALA", "C"), ("NME", "N"))  # phi = atoms 0-3, psi = atoms 1-4
@@ -87,7 +87,7 @@ def validate(config) -> None:
         raise ValueError(f"forcefield={config.forcefield!r} cannot be loaded by OpenMM ({str(e).splitlines()[0][:100]}); e.g. amber14-all.xml, amber99sbildn.xml") from None
 
 
-def _dihedral(p: np.ndarray) -> np.ndarray:
+def dihedral(p: np.ndarray) -> np.ndarray:
     """The torsion angle ``[...]`` (radians, IUPAC sign) of four points ``p [..., 4, 3]``."""
     b0, b1, b2 = p[..., 0, :] - p[..., 1, :], p[..., 2, :] - p[..., 1, :], p[..., 3, :] - p[..., 2, :]
     b1n = b1 / np.linalg.norm(b1, axis=-1, keepdims=True)
@@ -157,9 +157,9 @@ class Molecule:
         """Positions ``[atoms, 3]`` (nm) of the structure with its torsions set to ``(phi, psi)`` (radians) by rigid rotation."""
         x = self.x0.copy()
         _, n_ala, ca, c, _ = self.backbone
-        turn = phi - _dihedral(x[self.backbone[:4]])
+        turn = phi - dihedral(x[self.backbone[:4]])
         x[self.phi_side] = _rotate(x[self.phi_side], x[n_ala], x[ca] - x[n_ala], turn)
-        turn = psi - _dihedral(x[self.backbone[1:]])
+        turn = psi - dihedral(x[self.backbone[1:]])
         x[self.psi_side] = _rotate(x[self.psi_side], x[ca], x[c] - x[ca], turn)
         return x
 

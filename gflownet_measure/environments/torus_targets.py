@@ -24,7 +24,7 @@ from torch import Tensor
 
 from gflownet_measure.options import lookup
 
-__all__ = ["TorusTarget", "TargetSpec", "TARGETS", "get_target", "periodic_grid", "grid_log_normaliser", "check_log_reward_grid", "r6"]
+__all__ = ["TorusTarget", "TargetSpec", "TARGETS", "get_target", "periodic_grid", "closed_grid", "grid_log_normaliser", "check_log_reward_grid", "r6"]
 
 TWO_PI = 2 * math.pi
 
@@ -61,6 +61,14 @@ class TargetSpec:
 def periodic_grid(n: int, G: int) -> Tensor:
     """The ``G^n`` points ``[G^n, n]`` (float64) of the uniform periodic grid :math:`2\\pi (j + 1/2)/G`, first coordinate slowest."""
     side = (torch.arange(G, dtype=torch.float64) + 0.5) * (TWO_PI / G)
+    return torch.cartesian_prod(*[side] * n).reshape(-1, n)
+
+
+def closed_grid(n: int, G: int) -> Tensor:
+    """The ``G^n`` points ``[G^n, n]`` (float64) of ``linspace(0, 2 pi, G)`` per angle, first coordinate slowest: the public torus
+    code's test grid (``get_grid_terminating_states``; ``G = ceil(1000^{1/n})``, 32 for ``n = 2``), whose end points 0 and
+    :math:`2\\pi` are the same angle, so the seam is counted twice. Not a quadrature rule (that is :func:`periodic_grid`)."""
+    side = torch.linspace(0.0, TWO_PI, G, dtype=torch.float64)
     return torch.cartesian_prod(*[side] * n).reshape(-1, n)
 
 

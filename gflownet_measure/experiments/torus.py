@@ -7,6 +7,12 @@ from the exact grid density, each uniform within its grid cell). Per basin of th
 Ramachandran basins) the fraction of samples in it (``mass/<basin>``) and the exact mass by quadrature
 (``mass_exact/<basin>``). ``log_Z_exact`` by quadrature; ``log_Z_learned`` (the TB parameter), ``log_Z_lower_bound``
 (mean of w) and ``log_Z_importance_weighted`` (log-mean-exp of w) from ``eval_samples`` on-policy trajectories.
+``paper_jsd``: the paper's own JSD (Lahlou et al. 2023, appendix C.1, as the public code computes it): a KDE of
+``paper_samples`` terminal states against a KDE of as many draws from the target (the grid density's draws, as the floor's),
+both on the public code's closed grid of ceil(1000^(1/n)) points per angle, 32 x 32 for two angles
+(:func:`~gflownet_measure.environments.torus_targets.closed_grid`); the mean over the ``eval_samples // paper_samples`` disjoint sets of the
+final samples (``paper_jsd_std`` their spread, 0 for one set), each against its own target draws, and ``floor_paper_jsd``
+what exact draws score on it (not 0: both KDEs are noisy; on R6 0.061 at 1,000 samples, 0.0071 at 10,000).
 For alanine the grid and basin masses use exact OpenMM energies; training reads the interpolated energy grid. With
 ``space=hybrid`` (:mod:`gflownet_measure.environments.hybrid_torus`) also ``exact_P_T/{jsd,l1,kl}``: the learned sampler's terminal density itself,
 by enumeration of its discrete choices and quadrature of its angles (:func:`~gflownet_measure.environments.hybrid_torus.terminal_density`).
@@ -23,8 +29,8 @@ from torch import Tensor
 
 from gflownet_measure.environments import hybrid_torus
 from gflownet_measure.environments import torus as env
-from gflownet_measure.environments.torus_targets import TorusTarget, grid_log_normaliser, periodic_grid
-from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_log_density
+from gflownet_measure.environments.torus_targets import TorusTarget, closed_grid, grid_log_normaliser, periodic_grid
+from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_jsd, periodic_kde_log_density
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
@@ -47,8 +53,10 @@ SETTINGS = {
     "epsilon": Setting(0.1, "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)", low=0.0, high=1.0),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
     "eval_grid": Setting(120, "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly", low=10, high=400),
-    "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians)", low=1e-3),
+    "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians), of both JSDs (the public code's 0.1)", low=1e-3),
+    "paper_samples": Setting(1000, "samples per KDE of the paper's JSD, paper_jsd (appendix C.1: sampler KDE vs target-draw KDE; the public code's test n: 1,000 for R6, 10,000 for alanine); at most eval_samples", low=10),
 }
+PAPER_TEST_POINTS = 1000  # the public code's test grid: ceil(1000^(1/n)) points per angle (closed_grid)
 
 # Lahlou et al. 2023 / the public code's icml23 ctorus and alaninedipeptide configs (docs/torus.md): batch 100, T = 10, Adam lr 1e-5 with
 # log Z lr 1e-2, 5,000 updates (R6) or 40,000 (alanine), exploration 0.1, evaluation every 500 updates.
@@ -57,7 +65,7 @@ PRESETS = {
     # a working R6 sampler in about 90 s on one thread (docs/results.md, section 9: 'Quick preset')
     "quick": _PAPER | {"steps": 1500, "lr": 1e-3, "lr_logZ": 0.1, "hidden": 64, "n_layers": 2, "eval_every": 500, "eval_samples": 2000},
     "paper": _PAPER,
-    "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000},
+    "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000, "paper_samples": 10000},
 }
 
 
@@ -70,11 +78,13 @@ class Reference:
     log_R: Tensor  # [G^n], exact
     G: int
     bandwidth: float
+    paper_points: Tensor  # [m^n, n], the public code's closed test grid
 
     @staticmethod
     def build(target: TorusTarget, G: int, bandwidth: float) -> "Reference":
         points = periodic_grid(target.n_dim, G)
-        return Reference(target, points, target.log_reward_exact(points).double(), G, bandwidth)
+        m = next(k for k in range(1, PAPER_TEST_POINTS + 1) if k**target.n_dim >= PAPER_TEST_POINTS)
+        return Reference(target, points, target.log_reward_exact(points).double(), G, bandwidth, closed_grid(target.n_dim, m))
 
     @property
     def log_Z(self) -> float:
@@ -99,6 +109,15 @@ class Reference:
         q = self.log_kde(x) if log_kde is None else log_kde
         l1 = float((torch.softmax(self.log_R, 0) - torch.softmax(q, 0)).abs().sum())
         return {f"{prefix}jsd": grid_jsd(q, self.log_R), f"{prefix}l1": l1, f"{prefix}kl": grid_kl(self.log_R, q)}
+
+    def paper_jsd(self, x: Tensor, n: int, seed: int, prefix: str = "") -> dict:
+        """The paper's JSD (module docstring) of the ``len(x) // n`` disjoint sets of ``n`` samples in ``x``, each against the
+        KDE of its own ``n`` :meth:`exact_draws` (drawn from ``seed``: the same target draws at every call, as the public code
+        caches its reference KDE): mean, population std and the number of sets."""
+        sets = x[: len(x) // n * n].reshape(-1, n, x.shape[1])
+        generator = seeded_generator(seed)
+        scores = torch.tensor([periodic_kde_jsd(s, self.exact_draws(n, generator), self.paper_points, self.bandwidth) for s in sets], dtype=torch.float64)
+        return {f"{prefix}paper_jsd": float(scores.mean()), f"{prefix}paper_jsd_std": float(scores.std(correction=0)), f"{prefix}paper_jsd_sets": len(scores)}
 
     def masses(self, x: Tensor) -> dict:
         region = self.target.region_of(x)
@@ -143,18 +162,20 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     target = env.target_of(space)
     ref = Reference.build(target, cfg["eval_grid"], cfg["bandwidth"])
     n = space.n_dim
+    paper_seed = torch.initial_seed() + 1  # the target draws of paper_jsd, independent of the floor's (seed torch.initial_seed())
 
     def evaluate() -> dict:
         x = sample_forward(graph, pf, cfg["eval_samples"]).terminal[:, :n]
-        return ref.distances(x) | learned_log_Z(objective, gfn, graph)
+        return ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, cfg["paper_samples"], paper_seed)["paper_jsd"]} | learned_log_Z(objective, gfn, graph)
 
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal[:, :n].double()
     np.savez(out / "samples.npz", x=x.cpu().numpy())
-    floor = ref.distances(ref.exact_draws(len(x), seeded_generator(torch.initial_seed())), "floor_")
+    exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
+    floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
     exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
-    metrics = ref.distances(x, log_kde=log_kde) | floor | masses | exact | basin_errors(masses, exact) | {
+    metrics = ref.distances(x, log_kde=log_kde) | ref.paper_jsd(x, cfg["paper_samples"], paper_seed) | floor | masses | exact | basin_errors(masses, exact) | {
         "log_Z_exact": ref.log_Z,
         **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "log_Z_lower_bound": lower,
@@ -181,6 +202,8 @@ def validate(cfg: dict) -> None:
     reward), the target built (the molecule's energy grid computed or read from its cache), and the memory of one update
     (about 4.1 bytes per trajectory, step, unit and layer, as the quarter disc's MLPs)."""
     space = build(env.TorusConfig, cfg)
+    if cfg["paper_samples"] > cfg["eval_samples"]:
+        raise ConfigError(f"paper_samples={cfg['paper_samples']} exceeds eval_samples={cfg['eval_samples']}; raise eval_samples or lower paper_samples")
     if space.n_dim != 2 and cfg["eval_grid"] ** space.n_dim > 4_000_000:
         raise ConfigError(f"eval_grid={cfg['eval_grid']} with n_dim={space.n_dim} is {cfg['eval_grid'] ** space.n_dim} grid points; lower eval_grid")
     try:

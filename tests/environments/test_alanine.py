@@ -22,8 +22,8 @@ def test_rigid_rotation_sets_the_torsions_and_keeps_bond_lengths(molecule):
     x0 = molecule.x0
     for phi, psi in [(-1.4, 1.0), (2.5, -3.0), (0.0, 0.0)]:
         x = molecule.conformation(phi, psi)
-        assert alanine._dihedral(x[molecule.backbone[:4]]) == pytest.approx(phi, abs=1e-9)
-        assert alanine._dihedral(x[molecule.backbone[1:]]) == pytest.approx(psi, abs=1e-9)
+        assert alanine.dihedral(x[molecule.backbone[:4]]) == pytest.approx(phi, abs=1e-9)
+        assert alanine.dihedral(x[molecule.backbone[1:]]) == pytest.approx(psi, abs=1e-9)
         d = lambda y: np.linalg.norm(y[:, None] - y[None], axis=-1)  # noqa: E731
         n = len(x0)
         bonded = d(x0) < 0.16  # nm: every covalent bond of the molecule, no non-bonded pair
@@ -55,7 +55,7 @@ def test_the_basins_are_where_they_belong(molecule):
         molecule.context.setPositions(molecule.conformation(*np.radians(start)) * molecule.unit.nanometer)
         openmm.LocalEnergyMinimizer.minimize(molecule.context, 1e-3, 5000)
         x = np.array(molecule.context.getState(getPositions=True).getPositions(asNumpy=True).value_in_unit(molecule.unit.nanometer))
-        got = np.degrees([alanine._dihedral(x[molecule.backbone[:4]]), alanine._dihedral(x[molecule.backbone[1:]])])
+        got = np.degrees([alanine.dihedral(x[molecule.backbone[:4]]), alanine.dihedral(x[molecule.backbone[1:]])])
         assert np.abs(_wrapped_deg(got - end)).max() <= 15, (start, got)
         assert alanine.basin_of(torch.tensor(np.radians(got))[None]).item() == alanine.basin_of(torch.tensor(np.radians(end), dtype=torch.float64)[None]).item()
 

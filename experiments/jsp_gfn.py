@@ -88,7 +88,10 @@ SETTINGS = {
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
     "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
     "bcd_steps": Setting(20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1),
-    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
+    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1),
+    "mcmc_chains": Setting(4, "independent chains of gibbs and mh, each started from the empty graph", low=1),
+    "mcmc_burn_in": Setting(0.25, "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)", low=0.0),
+    "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
     "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
 }
 
@@ -139,9 +142,10 @@ def _baseline_samples(name: str, cfg: dict, problem, seed: int):
     if name in MCMC:
         if name == "gibbs" and not linear:
             return "Gibbs-MC3 draws theta from the conjugate linear-Gaussian posterior; this model has none (use mh)"
-        per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
+        per_chain = max(1, cfg["posterior_samples"] // cfg["mcmc_chains"])  # posterior_samples in all
         thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
-        r = MCMC[name](model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
+        step = {"theta_step": cfg["mh_theta_step"]} if name == "mh" else {}
+        r = MCMC[name](model, n_samples=per_chain, burn_in=int(cfg["mcmc_steps"] * cfg["mcmc_burn_in"]), thin=thin, n_chains=cfg["mcmc_chains"], seed=seed, max_parents=cfg["max_parents"] or None, **step)
         return r.graphs, r.thetas, r.seconds, {"acceptance": r.acceptance}
     ok, reason = structure_baselines.available(name)
     if not ok:

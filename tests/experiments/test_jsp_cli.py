@@ -13,7 +13,7 @@ TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("extra", [["model=lingauss-diag", "baseline=gibbs", "mcmc_steps=200"], ["model=lingauss-full", "penalty=true", "batch_size_data=20", "graph_prior=erdos_renyi", "d=4", "edges_per_node=1", "ema=0"], ["max_parents=1", "baseline=mh", "mcmc_steps=200"]])
+@pytest.mark.parametrize("extra", [["model=lingauss-diag", "baseline=gibbs", "mcmc_steps=200", "mcmc_chains=5"], ["model=lingauss-full", "penalty=true", "batch_size_data=20", "graph_prior=erdos_renyi", "d=4", "edges_per_node=1", "ema=0"], ["max_parents=1", "baseline=mh", "mcmc_steps=200", "mcmc_burn_in=0.001", "mh_theta_step=0.001"]])
 @pytest.mark.slow
 def test_run_writes_the_contract(tmp_path, extra):
     out = tmp_path / "run"
@@ -42,6 +42,7 @@ def test_run_writes_the_contract(tmp_path, extra):
         if f"baseline={name}" in extra:
             assert f"{name}_edge_rmse" in m and 0 <= m[f"{name}_acceptance"] <= 1 and f"{name}_heldout_nll" in m
             assert json.loads((out / "baselines.json").read_text()) == {name: "ran"}
+            assert m[f"{name}_samples"] == (50 if "mcmc_chains=5" in extra else 48)  # 50 samples over 5 chains of 10, or 4 of 12
     if "max_parents=1" in extra:  # scored against the posterior over the DAGs the kernel reaches: a finite KL
         assert (g.sum(1) <= 1).all() and 0 <= m["graph_kl"] < float("inf")
     assert main(["run", "jsp-gfn", "--out", str(out), "--resume"]) == 0  # the replay buffer comes back with the checkpoint

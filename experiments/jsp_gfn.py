@@ -434,8 +434,10 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>24}")
     skipped = sorted({line for d in dims for k in range(cfg["datasets"]) for line in _skipped(out / f"d{d}" / f"data{k}")})
     lines += [f"\nbaseline {line}" for line in skipped]
-    lines.append(f"\n*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies.")
-    lines.append("The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
+    lines.append("")
+    if any(_exact(cfg, d) for d in dims):
+        lines.append(f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies.")
+    lines.append("The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "The sampler is the last iterate (ema = 0).")
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")

@@ -52,7 +52,7 @@ def test_the_papers_network_is_three_leaky_relu_layers_under_every_head():
 @pytest.mark.slow
 def test_db_with_the_papers_network_trains(tmp_path):
     out = tmp_path / "run"
-    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *TINY, "objective=db", "backward=learned", "n_layers=3", "activation=leaky_relu", "flow_torso=shared"]) == 0
+    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *(a for a in TINY if not a.startswith("n_layers")), "objective=db", "backward=learned", "n_layers=3", "activation=leaky_relu", "flow_torso=shared"]) == 0
     check_contract(out)
 
 

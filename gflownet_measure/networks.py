@@ -131,12 +131,15 @@ def tied(pf: Policy, pb: Policy) -> TypeGuard[MLPPolicy]:
 
 
 class StateFlow(nn.Module):
-    """:math:`\\log F(s)`, a log-density of the state flow w.r.t. :math:`\\nu`, from an MLP on ``encode(s)``."""
+    """:math:`\\log F(s)`, a log-density of the state flow w.r.t. :math:`\\nu`, from an MLP on ``encode(s)``: its own
+    ``n_layers`` blocks of width ``hidden`` (activation ``act``), or ``shared_torso`` (e.g. a policy's :attr:`MLPPolicy.torso`, whose layers it then
+    trains too) under a linear head of its own."""
 
-    def __init__(self, encode: Callable[[Tensor], Tensor], n_in: int, hidden: int = 128, n_layers: int = 2):
+    def __init__(self, encode: Callable[[Tensor], Tensor], n_in: int, hidden: int = 128, n_layers: int = 2, shared_torso: nn.Sequential | None = None, act=nn.ELU):
         super().__init__()
         self.encode = encode
-        self.net = mlp(n_in, hidden, n_layers, 1)
+        body = torso(n_in, hidden, n_layers, act) if shared_torso is None else shared_torso
+        self.net = nn.Sequential(*body, nn.Linear(_width(body, n_in), 1))  # the same layer objects: a shared torso stays shared
 
     def forward(self, s: Tensor) -> Tensor:
         return self.net(self.encode(s))[:, 0]

@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from gflownet_measure.charts import AffineChart, ArcChart, PolarChart, WithoutJacobian
 from gflownet_measure.densities import UniformPolicy
@@ -42,11 +42,15 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.heads import BetaMixtureHead
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
-from gflownet_measure.networks import MLPPolicy
+from gflownet_measure.networks import MLPPolicy, torso
 from gflownet_measure.options import check_options, option, settings_of
 
 __all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LEVELS", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "reward_level", "level_masses", "make_graph", "make_policies"]
 
+
+
+ACTIVATIONS = {"elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
+"""The ``activation`` setting -> the torso's activation module (torch's default negative slope 0.01 for leaky ReLU)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,9 @@ class QuarterDiscConfig:
     jacobian: bool = option(True, "divide the policies' coordinate densities by the chart Jacobians (false: the Li et al. 2023 error)", choices=(True, False))
     backward: str = option("uniform", "P_B: uniform in angle on the backward arc, or a learned Beta mixture", choices=("uniform", "learned"))
     hidden: int = option(128, "MLP width", low=1)
-    n_layers: int = option(4, "Linear+ELU blocks before each head (the code's input layer + 3 hidden)", low=0)
+    n_layers: int = option(4, "Linear+activation blocks before each head (the code's input layer + 3 hidden; the paper's network: 3)", low=0)
+    activation: str = option("elu", "activation of those blocks: elu (the public code) or leaky_relu (the paper's network)", choices=tuple(ACTIVATIONS))
+    flow_torso: str = option("separate", "DB's state flow log F: its own MLP of the same shape (the public code) or a linear head on the P_F torso (shared, the paper's network)", choices=("separate", "shared"))
     n_components: int = option(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1)
     n_components_s0: int = option(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1)
     concentration_max: float = option(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2)
@@ -201,8 +207,9 @@ def make_graph(config: QuarterDiscConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: QuarterDiscConfig):
     """``(P_F, P_B)`` of the paper's quarter-disc experiment.
 
-    P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+ELU blocks of width ``hidden``; the public code's
-    input layer plus 3 hidden blocks is ``n_layers = 4``) with logits ``[sink, polar, arc]``, a
+    P_F: one MLP on ``(x, y)`` (``n_layers`` Linear+``activation`` blocks of width ``hidden``; the public code's
+    input layer plus 3 hidden ELU blocks is ``n_layers = 4``, the network Lahlou et al. 2023 describe for this experiment
+    3 leaky-ReLU layers, ``n_layers=3 activation=leaky_relu``, with DB's state flow on the same torso, ``flow_torso``) with logits ``[sink, polar, arc]``, a
     ``n_components_s0``-mixture of products of two Betas over the polar coordinates (radius and angle
     fractions; at s0 the raw outputs are free parameters, as in the public code) and a
     ``n_components``-mixture of Betas over the arc coordinate. At ``s != s0`` the softmax over
@@ -216,7 +223,8 @@ def make_policies(graph: PointedGraph, config: QuarterDiscConfig):
     rho, jac, hidden, n_layers, n_components = config.rho, config.jacobian, config.hidden, config.n_layers, config.n_components
     span = config.concentration_max - C_MIN
     pf_heads = [BetaMixtureHead(2, config.n_components_s0, C_MIN, span), BetaMixtureHead(1, n_components, C_MIN, span)]
-    pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, hidden=hidden, n_layers=n_layers, source=graph.source)
+    body = torso(2, hidden, n_layers, ACTIVATIONS[config.activation])
+    pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, source=graph.source, shared_torso=body)
     kappa_b = QuarterDiscKernel(rho, False, jac)
     if config.backward == "uniform":
         return pf, UniformPolicy(kappa_b)

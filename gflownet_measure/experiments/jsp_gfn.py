@@ -88,7 +88,10 @@ SETTINGS = {
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
     "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
     "bcd_steps": Setting(20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1),
-    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (4 chains, thinned to posterior_samples in all)", low=1),
+    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1),
+    "mcmc_chains": Setting(4, "independent chains of gibbs and mh, each started from the empty graph", low=1),
+    "mcmc_burn_in": Setting(0.25, "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)", low=0.0),
+    "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
     "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
 }
 
@@ -139,9 +142,10 @@ def _baseline_samples(name: str, cfg: dict, problem, seed: int):
     if name in MCMC:
         if name == "gibbs" and not linear:
             return "Gibbs-MC3 draws theta from the conjugate linear-Gaussian posterior; this model has none (use mh)"
-        per_chain = max(1, cfg["posterior_samples"] // 4)  # 4 chains, posterior_samples in all
+        per_chain = max(1, cfg["posterior_samples"] // cfg["mcmc_chains"])  # posterior_samples in all
         thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
-        r = MCMC[name](model, n_samples=per_chain, burn_in=cfg["mcmc_steps"] // 4, thin=thin, n_chains=4, seed=seed, max_parents=cfg["max_parents"] or None)
+        step = {"theta_step": cfg["mh_theta_step"]} if name == "mh" else {}
+        r = MCMC[name](model, n_samples=per_chain, burn_in=int(cfg["mcmc_steps"] * cfg["mcmc_burn_in"]), thin=thin, n_chains=cfg["mcmc_chains"], seed=seed, max_parents=cfg["max_parents"] or None, **step)
         return r.graphs, r.thetas, r.seconds, {"acceptance": r.acceptance}
     ok, reason = structure_baselines.available(name)
     if not ok:
@@ -206,7 +210,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def scores(policy, prefix: str = "") -> dict:
         if exact is not None:
             m = graph_metrics(policy, exact)[0]
-            return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse")}
+            return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse", "edge_r", "path_r", "markov_r")}
         with torch.no_grad():
             graphs, thetas = posterior_samples(graph, policy, cfg["eval_samples"])
         return {prefix + k: v for k, v in sample_metrics(problem, graphs, thetas).items()}
@@ -222,6 +226,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     with torch.no_grad():
         if exact is not None:
             metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
+            if ema is not None:  # the last iterate on the papers' estimator too: K samples of its own
+                last_graphs = posterior_samples(graph, pf, cfg["posterior_samples"])[0]
+                metrics |= {f"last_{k}_samples": v for k, v in feature_metrics(last_graphs, exact.features()).items()}
         else:
             n_fit = min(cfg["fit_samples"], len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
@@ -327,20 +334,44 @@ register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and CPD param
 
 # --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
 
-PAPER = {  # Lahlou et al. 2023, Table 3 (GFlowNet row) and Deleu et al. 2023, Table D.1 (d = 5); docs/references.md, 'Table 3 and Table D.1'
-    "lahlou_table3": {
-        3: {"edge_rmse": 0.0150, "path_rmse": 0.00339, "markov_rmse": 0.0214, "theta_nll": -1.75},
-        4: {"edge_rmse": 0.0161, "path_rmse": 0.0107, "markov_rmse": 0.0238, "theta_nll": -3.06},
-        5: {"edge_rmse": 0.0180, "path_rmse": 0.0199, "markov_rmse": 0.0283, "theta_nll": -5.17},
+def _d1(edge: tuple, path: tuple, markov: tuple, suffix: str = "") -> dict:
+    """A row of Deleu et al. 2023, Table D.1 from its ``(RMSE, 95% CI, Pearson r)`` per feature, keyed as our metrics
+    (``suffix``: ``_samples`` for JSP-GFN's sample-based keys; a baseline's marginals are its samples' already)."""
+    row = {}
+    for name, (rmse, ci, r) in zip(("edge", "path", "markov"), (edge, path, markov)):
+        row[f"{name}_rmse{suffix}"], row[f"{name}_r{suffix}"] = (rmse, ci), (r, None)
+    return row
+
+
+PAPER = {  # docs/references.md, 'Table 3 and Table D.1'. Both papers estimate the marginals from K sampled graphs, so their
+    # values stand beside our *_samples keys, never beside the exact-P_T ones
+    "lahlou_table3": {  # Lahlou et al. 2023, Table 3 / C.2, GFlowNet row: RMSE (Pearson r) and Params
+        3: {"edge_rmse_samples": 0.0150, "edge_r_samples": 0.9993, "path_rmse_samples": 0.00339, "path_r_samples": 1.0000, "markov_rmse_samples": 0.0214, "markov_r_samples": 0.9986, "theta_nll": -1.75},
+        4: {"edge_rmse_samples": 0.0161, "edge_r_samples": 0.9990, "path_rmse_samples": 0.0107, "path_r_samples": 0.9996, "markov_rmse_samples": 0.0238, "markov_r_samples": 0.9982, "theta_nll": -3.06},
+        5: {"edge_rmse_samples": 0.0180, "edge_r_samples": 0.9990, "path_rmse_samples": 0.0199, "path_r_samples": 0.9989, "markov_rmse_samples": 0.0283, "markov_r_samples": 0.9980, "theta_nll": -5.17},
     },
-    "deleu_d1": {"edge_rmse": (0.018, 0.005), "path_rmse": (0.022, 0.005), "markov_rmse": (0.019, 0.006)},
-    "deleu_d1_mcmc": {"mh": {"edge_rmse": 0.357, "path_rmse": 0.368, "markov_rmse": 0.341}, "gibbs": {"edge_rmse": 0.357, "path_rmse": 0.367, "markov_rmse": 0.341}},
+    "deleu_d1": {  # Deleu et al. 2023, Table D.1 (d = 5, 20 datasets): the row of the theta density the run trains
+        "lingauss-diag": _d1((0.018, 0.005, 0.998), (0.022, 0.005, 0.998), (0.019, 0.006, 0.999), "_samples"),
+        "lingauss-full": _d1((0.019, 0.007, 0.998), (0.021, 0.007, 0.998), (0.020, 0.008, 0.999), "_samples"),
+    },
+    "deleu_d1_baselines": {  # the same table's baseline rows, by our baseline names
+        "mh": _d1((0.357, 0.022, 0.067), (0.368, 0.027, 0.045), (0.341, 0.017, 0.064)),
+        "gibbs": _d1((0.357, 0.022, 0.028), (0.367, 0.026, 0.150), (0.341, 0.018, 0.062)),
+        "b-ges": _d1((0.263, 0.070, 0.635), (0.302, 0.080, 0.544), (0.129, 0.022, 0.955)),
+        "b-pc": _d1((0.305, 0.057, 0.570), (0.349, 0.058, 0.471), (0.354, 0.072, 0.821)),
+        "dibs": _d1((0.312, 0.038, 0.737), (0.357, 0.041, 0.710), (0.504, 0.052, 0.643)),
+        "bcd": _d1((0.215, 0.055, 0.819), (0.266, 0.057, 0.774), (0.327, 0.040, 0.850)),
+    },
 }
-TABLE_KEYS = ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll", "theta_nll_exact")
+D1_ROWS = {"lingauss-diag": "diag", "lingauss-full": "full"}
+"""The model setting -> its JSP-GFN row of Table D.1 (the other models have none)."""
+FEATURE_KEYS = tuple(f"{name}_{stat}{suffix}" for name in ("edge", "path", "markov") for stat in ("rmse", "r") for suffix in ("", "_samples"))
+"""RMSE and Pearson r of each feature, from the exact P_T (ours) and from K samples (the papers' estimator)."""
+TABLE_KEYS = FEATURE_KEYS + ("theta_nll", "theta_nll_exact")
 """Rows of a table against the exact posterior (d <= 5)."""
 SAMPLE_KEYS = ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r")
 """Rows of a table without it (Deleu et al. 2023, section 5.2: d = 20)."""
-BASELINE_KEYS = {True: ("edge_rmse", "path_rmse", "markov_rmse", "theta_nll"), False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc")}
+BASELINE_KEYS = {True: ("edge_rmse", "edge_r", "path_rmse", "path_r", "markov_rmse", "markov_r", "theta_nll"), False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc")}
 
 
 def _dims(cfg: dict) -> list[int]:
@@ -382,12 +413,14 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         keys = TABLE_KEYS if exact else SAMPLE_KEYS
         for k, m in enumerate(ms):
             history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in keys if key in m})
-        optional = ("last_edge_rmse", "last_path_rmse", "last_markov_rmse", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "last_heldout_nll", "seconds")
+        optional = ("last_edge_rmse", "last_edge_rmse_samples", "last_path_rmse", "last_path_rmse_samples", "last_markov_rmse", "last_markov_rmse_samples", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "last_heldout_nll", "seconds")
         optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))
         extra = [key for key in optional if all(key in m for m in ms)]
-        _plot_table(d, ms, exact, names, out / f"table_d{d}.png")
+        _plot_table(cfg, d, ms, exact, out / f"table_d{d}.png")
         graph = f"ER{cfg['edges_per_node']:g}"
-        lines += [f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)", f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {'paper (Deleu D.1)':>18}"]
+        d1_row = PAPER["deleu_d1"].get(cfg["model"], {}) | {f"{b.replace('-', '_')}_{k}": v for b in names for k, v in PAPER["deleu_d1_baselines"].get(b, {}).items()}
+        d1_head = f"paper (Deleu D.1, {D1_ROWS.get(cfg['model'], '-')})"
+        lines += [f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)", f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {d1_head:>24}"]
         for key in tuple(k for k in keys if all(k in m for m in ms)) + tuple(extra):
             v = np.array([m[key] for m in ms])
             metrics[f"{key}/d{d}/mean"] = float(v.mean())
@@ -396,15 +429,15 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
                 ci = metrics[f"{key}/d{d}/ci95"] = float(1.96 * v.std(ddof=1) / np.sqrt(len(v)))
                 cell += f" ± {ci:.2g}"
             t3 = PAPER["lahlou_table3"].get(d, {}).get(key)
-            d1 = PAPER["deleu_d1"].get(key) if d == 5 else None
-            for b in names:
-                if key.startswith(b.replace("-", "_") + "_") and d == 5 and b in PAPER["deleu_d1_mcmc"]:
-                    d1 = (PAPER["deleu_d1_mcmc"][b].get(key[len(b) + 1 :]), None)  # the paper gives no spread for these rows
-            paper_d1 = "" if d1 is None or d1[0] is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
-            lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>18}")
+            d1 = d1_row.get(key) if d == 5 else None
+            paper_d1 = "" if d1 is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
+            lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>24}")
     skipped = sorted({line for d in dims for k in range(cfg["datasets"]) for line in _skipped(out / f"d{d}" / f"data{k}")})
     lines += [f"\nbaseline {line}" for line in skipped]
-    lines.append("\nThe sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "\nThe sampler is the last iterate (ema = 0).")
+    lines.append("")
+    if any(_exact(cfg, d) for d in dims):
+        lines.append(f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies.")
+    lines.append("The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "The sampler is the last iterate (ema = 0).")
     lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
     lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
     lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")
@@ -422,17 +455,19 @@ def _skipped(folder: Path) -> list[str]:
 
 
 @optional_figure
-def _plot_table(d: int, ms: list[dict], exact: bool, baselines: list[str], path: Path) -> None:
-    """``table_d<d>.png``: per dataset, the sampler beside its last iterate and each baseline: the three RMSEs and Params
-    against the exact posterior (beside the papers' means), or the held-out NLL, E-SHD and AUROC without it."""
+def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> None:
+    """``table_d<d>.png``: per dataset, the sampler (exact P_T and K samples) beside its last iterate and each baseline: the
+    three RMSEs and Params against the exact posterior (beside the papers' means, estimated from samples), or the held-out NLL, E-SHD and AUROC without it."""
+    baselines, model, samples = baseline_names(cfg), cfg["model"], cfg["posterior_samples"]
     panels = []
     if exact:
         for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
-            labels = {"JSP-GFN": f"{feature}_rmse", "last iterate": f"last_{feature}_rmse"} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{feature}_rmse" for b in baselines}
+            labels = {"JSP-GFN, exact P_T": f"{feature}_rmse", f"JSP-GFN, {samples} samples": f"{feature}_rmse_samples", "last iterate, exact P_T": f"last_{feature}_rmse"}
+            labels |= {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{feature}_rmse" for b in baselines}
             series = {label: [m[key] for m in ms] for label, key in labels.items() if all(key in m for m in ms)}
-            references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse"], 0.0)} if d in PAPER["lahlou_table3"] else {}
-            if d == 5:
-                references["Deleu et al. D.1"] = PAPER["deleu_d1"][f"{feature}_rmse"]
+            references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse_samples"], 0.0)} if d in PAPER["lahlou_table3"] else {}
+            if d == 5 and model in D1_ROWS:
+                references[f"Deleu et al. D.1 ({D1_ROWS[model]})"] = PAPER["deleu_d1"][model][f"{feature}_rmse_samples"]
             panels.append((f"{title} features: RMSE against the exact posterior", series, references))
         series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
         panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)} if d in PAPER["lahlou_table3"] else {}))

@@ -141,7 +141,8 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
     space, graph, pf, pb = make_environment("quarter-disc", cfg)
     objective = configure(get_objective(cfg["objective"]), cfg)
-    log_F = StateFlow(graph.encode, 2, space.hidden, space.n_layers) if objective.needs_flow else None
+    shared = pf.torso if space.flow_torso == "shared" else None
+    log_F = StateFlow(graph.encode, 2, space.hidden, space.n_layers, shared, env.ACTIVATIONS[space.activation]) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
 

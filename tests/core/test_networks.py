@@ -10,7 +10,7 @@ from gflownet_measure.environments import hypergrid
 from gflownet_measure.heads import BetaHead, BetaMixtureHead, VonMisesHead
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
-from gflownet_measure.networks import MLPPolicy
+from gflownet_measure.networks import MLPPolicy, StateFlow
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.training import make_optimizer
 
@@ -34,6 +34,21 @@ def test_shared_torso_is_trained_once_by_both_policies(graph):
     s = torch.tensor([[1.0, 2.0], [3.0, 1.0]])
     pb(s).log_prob(s - torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.zeros(2, dtype=torch.bool)).sum().backward()
     assert pf.torso[0].weight.grad is not None and pf.out.weight.grad is None  # P_B's loss reaches the shared torso only
+
+
+def test_a_state_flow_on_the_policy_torso_shares_its_layers_and_keeps_its_own_rate(graph):
+    """StateFlow(shared_torso=pf.torso): the torso's weights are P_F's (one copy, trained at the policy's rate), the flow's
+    head is its own (at lr_flow), and log F's gradient reaches the shared torso."""
+    torch.manual_seed(0)
+    pf = MLPPolicy(graph.kappa, graph.encode, 8, 3, hidden=16, n_layers=2)
+    log_F = StateFlow(graph.encode, 8, shared_torso=pf.torso)
+    assert log_F.net[0] is pf.torso[0] and log_F.net[-1].in_features == 16
+    gfn = GFlowNet(pf, None, log_F)
+    opt = make_optimizer(gfn, 1e-3, 1e-1, lr_flow=1e-2)
+    rates = {g["name"]: (g["lr"], len(g["params"])) for g in opt.param_groups}
+    assert rates["log_F"] == (1e-2, 2) and sum(n for _, n in rates.values()) == len(list(gfn.parameters()))  # the head: weight and bias
+    log_F(torch.tensor([[1.0, 2.0]])).sum().backward()
+    assert pf.torso[0].weight.grad is not None and pf.out.weight.grad is None
 
 
 def test_free_parameters_at_the_source(graph):

@@ -8,6 +8,7 @@ import torch
 from conftest import check_contract
 from gflownet_measure.environments import quarter_disc as qd
 from gflownet_measure.experiments.cli import main
+from gflownet_measure.experiments.environment import make_environment
 from gflownet_measure.experiments.quarter_disc import CONFIGS, ORDERINGS, Reference, curve_mean, orderings_held
 from gflownet_measure.metrics import expected_sample_tv, total_variation
 
@@ -36,6 +37,23 @@ def test_run_writes_the_contract(tmp_path):
         x = z["x"]
     assert x.shape == (200, 2) and (x >= 0).all() and (x <= 1 + 1e-9).all()
     assert {"jsd.png", "level_tv.png", "figure2.png"} <= {p.name for p in out.glob("*.png")}
+
+
+def test_the_papers_network_is_three_leaky_relu_layers_under_every_head():
+    """n_layers=3 activation=leaky_relu flow_torso=shared: P_F's torso is 3 Linear+LeakyReLU blocks, and the learned P_B
+    uses it; DB's state flow is a linear head on it (the default keeps 4 ELU blocks and a flow of its own)."""
+    space, graph, pf, pb = make_environment("quarter-disc", {"n_layers": 3, "activation": "leaky_relu", "flow_torso": "shared", "backward": "learned"})
+    assert [type(m) for m in pf.torso] == [torch.nn.Linear, torch.nn.LeakyReLU] * 3 and pb.torso is pf.torso
+    assert space.flow_torso == "shared"
+    _, _, default, _ = make_environment("quarter-disc", {})
+    assert [type(m) for m in default.torso] == [torch.nn.Linear, torch.nn.ELU] * 4
+
+
+@pytest.mark.slow
+def test_db_with_the_papers_network_trains(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "quarter-disc", "--out", str(out), "--threads", "1", "--set", *(a for a in TINY if not a.startswith("n_layers")), "objective=db", "backward=learned", "n_layers=3", "activation=leaky_relu", "flow_torso=shared"]) == 0
+    check_contract(out)
 
 
 def test_level_tv_sees_what_the_kde_cannot():

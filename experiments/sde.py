@@ -14,7 +14,9 @@ and regime (docs/references.md, 'SDE targets and Table 2'):
 
 Metrics: ``log_Z_lower_bound`` (B: mean of w) and ``log_Z_importance_weighted`` (B_RW: log-mean-exp of w)
 over ``eval_samples`` on-policy trajectories, w = log R + sum log P_B - sum log P_F; the bias is the
-estimate minus the exact log Z (0 for both targets). For the mixture also the samples per mode.
+estimate minus the exact log Z (Lahlou et al. 2023's B and B_RW), and ``delta_log_Z`` / ``delta_log_Z_RW`` the exact
+log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW). Of the samples (:func:`sample_metrics`): the KS
+distance of the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well).
 """
 from __future__ import annotations
 
@@ -27,9 +29,8 @@ from baselines.smc import annealed_smc
 from environments import sde as env
 from environments.sde_targets import TARGETS
 from gflownet_measure.options import Setting
-from gflownet_measure.gaussian import LOG_2PI
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.metrics import log_weights, log_z_bounds
+from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
 from gflownet_measure.training import TrainingDiverged, seeded_generator
@@ -58,7 +59,7 @@ PRESETS = {
     "quick": _PAPER | {"steps": 800, "eval_every": 200, "eval_samples": 1000},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
-PAPER_K = {"gmm9": 2000, "funnel": 6000}
+PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000}  # Sendera et al. 2024: K = 2,000
 
 
 def _validate(cfg: dict) -> None:
@@ -133,17 +134,30 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
 
 @optional_figure
 def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
-    """Figure C.1: samples over the target's density (the mixture), or the (x0, x1) marginal (the funnel)."""
+    """Figure C.1: samples of the first two coordinates over the exact density of their marginal (the whole density in
+    2-D, the funnel's (x0, x1), many-well's first pair), beside as many exact samples."""
     target = TARGETS[target_name]
-    lim = (-8.0, 8.0) if target_name == "gmm9" else (-4.0, 4.0)
+    lim = target.limits
     g = torch.linspace(*lim, 200, dtype=torch.float64)
-    pts = torch.cartesian_prod(g, g)
-    if target_name == "gmm9":
-        dens = target.log_prob(pts).exp()
-    else:  # marginal of (x0, x1): N(x0; 0, 1) N(x1; 0, e^{x0})
-        dens = (-0.5 * pts[:, 0] ** 2 - 0.5 * pts[:, 1] ** 2 * torch.exp(-pts[:, 0]) - 0.5 * pts[:, 0] - LOG_2PI).exp()
+    dens = target.log_marginal01(torch.cartesian_prod(g, g)).exp()
     ref = target.sample(len(x), seeded_generator(0)).cpu().numpy()
     plot_sample_panels(dens.reshape(200, 200).cpu().numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
+
+
+def sample_metrics(target_name: str, x: torch.Tensor) -> dict:
+    """Distances of the samples ``x [K, n]`` to the target: ``ks_x0``, the KS distance of the first coordinate to its exact
+    marginal (for the funnels :math:`\\mathcal N(0, \\sigma_0^2)`: the neck); the samples per mode (mixtures); the mass in
+    the right well of each pair beside the exact one (many-well)."""
+    target = TARGETS[target_name]
+    out = {"ks_x0": ks_distance(x[:, 0], target.cdf0)}
+    if hasattr(target, "mode_counts"):
+        counts = target.mode_counts(x)
+        out |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
+    if hasattr(target, "well_mass"):
+        mass = target.well_mass(x)
+        out |= {"right_well_mass_exact": target.right_mass(), "right_well_mass_max_error": float((mass - target.right_mass()).abs().max())}
+        out |= {f"right_well_mass/{i}": float(m) for i, m in enumerate(mass)}
+    return out
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
@@ -167,19 +181,18 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         "log_Z_exact": target.log_Z,
         "bias_lower_bound": final["log_Z_lower_bound"] - target.log_Z,
         "bias_importance_weighted": final["log_Z_importance_weighted"] - target.log_Z,
+        "delta_log_Z": target.log_Z - final["log_Z_lower_bound"],
+        "delta_log_Z_RW": target.log_Z - final["log_Z_importance_weighted"],
         **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "eval_samples": K,
         "seconds": history[-1]["seconds"],
         "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
         "steps": cfg["steps"],
     }
-    if cfg["target"] == "gmm9":
-        counts = target.mode_counts(torch.as_tensor(x))
-        metrics |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
-    return metrics
+    return metrics | sample_metrics(cfg["target"], torch.as_tensor(x))
 
 
-register(Experiment("sde", "SDE sampler on R^n (9-Gaussian mixture, 10-D funnel): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
+register(Experiment("sde", "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
 
 # --- Table 2 / C.1: every row over seeds, beside the paper --------------------------------------------------
 

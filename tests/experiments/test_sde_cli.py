@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
+from environments.sde_targets import TARGETS
 from experiments.cli import main
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5"]
@@ -12,20 +13,25 @@ TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9")])
+@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9"), ("vargrad", "off", "many_well"), ("tb", "off", "gmm25")])
 @pytest.mark.slow
 def test_run_writes_the_contract(tmp_path, objective, regime, target):
     out = tmp_path / "run"
     assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}"]) == 0
     check_contract(out)
     m = json.loads((out / "metrics.json").read_text())
-    assert m["log_Z_exact"] == 0.0 and m["bias_importance_weighted"] == m["log_Z_importance_weighted"]
+    assert m["log_Z_exact"] == TARGETS[target].log_Z and m["bias_importance_weighted"] == pytest.approx(m["log_Z_importance_weighted"] - m["log_Z_exact"])
+    assert m["delta_log_Z_RW"] == -m["bias_importance_weighted"] and m["delta_log_Z"] == -m["bias_lower_bound"]
     assert m["log_Z_lower_bound"] <= m["log_Z_importance_weighted"] + 1e-9  # Jensen, on the same K trajectories
+    assert 0 < m["ks_x0"] <= 1
     with np.load(out / "samples.npz") as z:
-        assert z["x"].shape == (100, 2 if target == "gmm9" else 10)
+        assert z["x"].shape == (100, TARGETS[target].dim)
     assert (out / "samples.png").exists() and (out / "log_z.png").exists()
-    if target == "gmm9":
-        assert sum(m[f"mode_count/{i}"] for i in range(9)) <= 100
+    if target.startswith("gmm"):
+        n_modes = len(TARGETS[target].means)
+        assert sum(m[f"mode_count/{i}"] for i in range(n_modes)) <= 100 and f"mode_count/{n_modes}" not in m
+    if target == "many_well":
+        assert 0 <= m["right_well_mass/15"] <= 1 and m["right_well_mass_exact"] == pytest.approx(0.8443, abs=1e-4)
 
 
 def test_reverse_kl_has_no_target_regime(tmp_path, capsys):

@@ -20,12 +20,14 @@ distance of the first coordinate to its exact marginal, the samples per mode (mi
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from baselines.smc import annealed_smc
+from baselines.smc import annealed_smc, mala_chain
 from environments import sde as env
 from environments.sde_targets import TARGETS
 from gflownet_measure.options import Setting
@@ -50,7 +52,13 @@ SETTINGS = {
     "objective": Setting("tb", "training objective (gflownet_measure.objectives; those without a state flow)", choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow)),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
-    "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel)", low=0),
+    "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0),
+    "local_search": Setting(False, "replay-buffer local search (Sendera et al. 2024): every other batch is buffered terminal states refined by MALA, walked back with P_B", choices=(True, False)),
+    "ls_every": Setting(100, "local search: refine a batch of buffered states by MALA every this many steps (gfn-diffusion's ls_cycle)", low=1),
+    "ls_moves": Setting(200, "local search: MALA moves per refinement (gfn-diffusion's max_iter_ls)", low=1),
+    "ls_step": Setting(0.1, "local search: initial MALA step eps^2/2 (gfn-diffusion's ld_step), adapted towards acceptance 0.574", low=1e-8),
+    "buffer_size": Setting(60000, "local search: capacity of each replay buffer (forward terminal states; refined states)", low=1),
+    "rank_weight": Setting(0.01, "local search: rank-prioritised replay, P(i) proportional to 1 / (rank_weight N + rank_i) (gfn-diffusion's)", low=1e-8),
 }
 
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
@@ -67,6 +75,8 @@ def _validate(cfg: dict) -> None:
     width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
     if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
         raise ConfigError(f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off")
+    if cfg.get("local_search") and (get_objective(cfg["objective"]).pathwise or cfg["regime"] == "target"):
+        raise ConfigError(f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl")
     require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
@@ -77,17 +87,75 @@ def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
     return graph, GFlowNet(pf, pb)
 
 
-def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
-    """Exact target samples walked back to s0 with P_B, scored so that :math:`q = R P_B` (weights uniform, log Z = 0)."""
-    target = TARGETS[cfg["target"]]
-    x = target.sample(cfg["batch_size"])
-    s = torch.cat([x, torch.full((len(x), 1), float(cfg["n_steps"]))], 1)
+def _backward_batch(graph: PointedGraph, gfn: GFlowNet, x: torch.Tensor) -> Batch:
+    """Terminal states ``x [B, n]`` walked back to s0 with P_B, scored so that :math:`q = R P_B` (for exact target samples
+    the weights are uniform and log Z = 0)."""
+    s = torch.cat([x, torch.full((len(x), 1), float(graph.max_length - 1), dtype=x.dtype)], 1)
     traj = sample_backward(graph, gfn.pb, s)
     log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
     log_q = log_pb.detach().clone()
     last = traj.length - 1
     log_q[last, torch.arange(len(last))] += traj.log_R  # the step into the sink carries log R: sum_t log q = log R + sum_t log P_B
     return Batch(graph, traj, Scores(log_pf, log_pb, log_q))
+
+
+def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
+    """Exact target samples walked back to s0 with P_B (:func:`_backward_batch`)."""
+    return _backward_batch(graph, gfn, TARGETS[cfg["target"]].sample(cfg["batch_size"]))
+
+
+class StateRing(nn.Module):
+    """A FIFO ring of at most ``capacity`` terminal states with their log-rewards, drawn with rank-based priority
+    :math:`P(i) \\propto 1 / (k N + \\mathrm{rank}_i)` (rank 0 the highest log R, ``k`` = ``rank_weight``; gfn-diffusion's
+    ``prioritized="rank"``). Its tensors are module buffers, so a run's checkpoint holds them."""
+
+    def __init__(self, capacity: int, dim: int, rank_weight: float):
+        super().__init__()
+        self.rank_weight = rank_weight
+        self.register_buffer("x", torch.zeros(capacity, dim))
+        self.register_buffer("log_R", torch.zeros(capacity))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))  # states ever added
+
+    def __len__(self) -> int:
+        return min(int(self.count), len(self.x))
+
+    def add(self, x: torch.Tensor, log_R: torch.Tensor) -> None:
+        idx = (int(self.count) + torch.arange(len(x))) % len(self.x)
+        self.x[idx], self.log_R[idx] = x.detach().to(self.x.dtype), log_R.detach().to(self.log_R.dtype)
+        self.count += len(x)
+
+    def draw(self, n: int) -> torch.Tensor:
+        size = len(self)
+        rank = torch.argsort(torch.argsort(self.log_R[:size], descending=True))
+        idx = torch.multinomial(1.0 / (self.rank_weight * size + rank.double()), n, replacement=True)
+        return self.x[idx]
+
+
+class LocalSearchBatches(nn.Module):
+    """Training batches with replay-buffer local search (Sendera et al. 2024, section 3; gfn-diffusion's ``--both_ways
+    --local_search``): even steps draw ``B`` trajectories from the (exploring) policy and keep their terminal states;
+    odd steps train on ``B`` refined states walked back with P_B (:func:`_backward_batch`). Every ``ls_every`` steps
+    ``B`` buffered states are refined by ``ls_moves`` MALA moves on log R (:func:`baselines.smc.mala_chain`, which leaves
+    R/Z invariant) into a second buffer, from which the odd steps draw. gfn-diffusion keeps every accepted state after a
+    burn-in of each chain; this keeps each chain's last state."""
+
+    def __init__(self, gfn: GFlowNet, graph: PointedGraph, cfg: dict):
+        super().__init__()
+        self.cfg, self.graph, self.objective = cfg, graph, get_objective(cfg["objective"])
+        self.gfn = [gfn]  # not a submodule: the checkpoint holds the GFlowNet on its own
+        dim = TARGETS[cfg["target"]].dim
+        self.visited, self.refined = StateRing(cfg["buffer_size"], dim, cfg["rank_weight"]), StateRing(cfg["buffer_size"], dim, cfg["rank_weight"])
+
+    def forward(self, step: int) -> Batch:
+        gfn, cfg, B = self.gfn[0], self.cfg, self.cfg["batch_size"]
+        if step % 2 == 0 or len(self.visited) == 0:
+            batch = self.objective.sample(self.graph, gfn, B, noise=exploration_noise(cfg, step))
+            self.visited.add(batch.traj.terminal[:, :-1], batch.traj.log_R)
+            return batch
+        if step % cfg["ls_every"] < 2 or len(self.refined) == 0:
+            r = mala_chain(TARGETS[cfg["target"]].log_prob, self.visited.draw(B), cfg["ls_moves"], math.sqrt(2 * cfg["ls_step"]))
+            self.refined.add(r.x, r.log_target)
+        return _backward_batch(self.graph, gfn, self.refined.draw(B))
 
 
 def exploration_noise(cfg: dict, step: int) -> float:
@@ -108,8 +176,11 @@ def make_batches(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
     """``step -> batch`` of one training iteration: ``batch_size`` fresh trajectories, all stepping together, drawn as the
     objective needs them (:meth:`~gflownet_measure.objectives.Objective.sample`: reparametrised on-policy for the
     path-wise reverse KL, else without gradients and scored by one batched call of each policy), with the regime's
-    exploration noise; or, ``regime=target``, exact target samples walked back with P_B."""
+    exploration noise; or, ``regime=target``, exact target samples walked back with P_B; or, ``local_search``, those
+    batches alternating with refined buffered states (:class:`LocalSearchBatches`)."""
     objective = get_objective(cfg["objective"])
+    if cfg["local_search"]:
+        return LocalSearchBatches(gfn, graph, cfg)
 
     def batches(step: int) -> Batch:
         if cfg["regime"] == "target":

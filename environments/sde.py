@@ -65,6 +65,7 @@ class SDEConfig:
     hidden: int = option(64, "width of the PIS-style networks", low=1)
     learned_variance: bool = option(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False))
     langevin: bool = option(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False))
+    langevin_clip: float = option(1e4, "langevin: clip grad log R to +-this (PIS: 1e4; gfn-diffusion's lgv_clip: 100)", low=1e-8)
 
     def __post_init__(self):
         check_options(self)
@@ -291,5 +292,5 @@ def make_graph(config: SDEConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: SDEConfig):
     """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge."""
     sigma = sigma_of(config)
-    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin)
+    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin, config.langevin_clip)
     return pf, BrownianBridge(graph.kappa_b, sigma)

@@ -224,3 +224,13 @@ def test_vargrad_and_tb_share_the_minimiser_of_a_one_step_sampler():
         assert float(x.mean()) == pytest.approx(1.5, abs=0.05) and float(x.std()) == pytest.approx(0.5, abs=0.05), name
         log_Z = float(gfn.log_Z.detach()) if name == "tb" else float(w.mean())
         assert log_Z == pytest.approx(math.log(3.0), abs=0.05), name
+
+
+def test_langevin_clip_bounds_the_score_term():
+    """langevin_clip=0.5: the drift's Langevin term is c(t) clip(grad log R, +-0.5); on gmm9 the score's size is the distance
+    to the nearest mode over 0.3, above 0.5 at most of these 8 points."""
+    torch.manual_seed(4)
+    cfg, graph, pf, _ = setup(n_steps=10, langevin=True, langevin_clip=0.5)
+    x = torch.randn(8, 2) * 3
+    g = pf._grad_log_reward(x)
+    assert g.abs().max() == pytest.approx(0.5) and pf.clip == 0.5

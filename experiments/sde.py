@@ -245,7 +245,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     x = final.pop("samples").cpu().numpy()
     np.savez(out / "samples.npz", x=x)
     target = TARGETS[cfg["target"]]
-    label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"
+    label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy" + (" + LP" if cfg["langevin"] else "") + (" + LS" if cfg["local_search"] else "")
     plot_history(history, "log_Z_importance_weighted", out / "log_z.png", f"B_RW during training ({label})", log_y=False)
     _figure(cfg["target"], x, out / "samples.png", label)
     metrics = final | {

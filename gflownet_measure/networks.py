@@ -135,7 +135,9 @@ class StateFlow(nn.Module):
     ``n_layers`` blocks of width ``hidden`` (activation ``act``), or ``shared_torso`` (e.g. a policy's :attr:`MLPPolicy.torso`, whose layers it then
     trains too) under a linear head of its own."""
 
-    def __init__(self, encode: Callable[[Tensor], Tensor], n_in: int, hidden: int = 128, n_layers: int = 2, shared_torso: nn.Sequential | None = None, act=nn.ELU):
+    def __init__(
+        self, encode: Callable[[Tensor], Tensor], n_in: int, hidden: int = 128, n_layers: int = 2, shared_torso: nn.Sequential | None = None, act=nn.ELU
+    ):
         super().__init__()
         self.encode = encode
         body = torso(n_in, hidden, n_layers, act) if shared_torso is None else shared_torso

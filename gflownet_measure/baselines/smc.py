@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["MOVES", "TARGET_ACCEPTANCE", "SMCResult", "annealed_smc"]
+__all__ = ["MOVES", "TARGET_ACCEPTANCE", "SMCResult", "annealed_smc", "MALAResult", "mala_chain"]
 
 MOVES = ("mala", "hmc")
 TARGET_ACCEPTANCE = {"mala": 0.574, "hmc": 0.65}
@@ -203,3 +203,36 @@ def annealed_smc(
             if adapt:
                 eps *= math.exp(acc_k / n_moves - TARGET_ACCEPTANCE[move])
     return SMCResult(log_Z=log_Z, particles=x, log_weights=log_W, n_resamples=n_resamples, acceptance=acc_sum / max(acc_n, 1))
+
+
+@dataclass(frozen=True)
+class MALAResult:
+    """Output of :func:`mala_chain`: the states ``x [N, dim]``, their ``log_target [N]``, the step size after adaptation and
+    the mean acceptance probability of the moves."""
+
+    x: Tensor
+    log_target: Tensor
+    step_size: float
+    acceptance: float
+
+
+def mala_chain(log_target: Callable[[Tensor], Tensor], x: Tensor, n_moves: int, step_size: float, adapt: bool = True, generator: torch.Generator | None = None) -> MALAResult:
+    """``n_moves`` MALA moves (the module docstring's, at :math:`b = 1`) from the states ``x [N, dim]``, each leaving
+    :math:`e^{\\log \\tilde p} / Z` invariant: the local search of Sendera et al. 2024 (gfn-diffusion's ``langevin.py``,
+    whose ``ld_step`` is :math:`\\varepsilon^2 / 2`). With ``adapt``, :math:`\\varepsilon \\leftarrow \\varepsilon
+    \\exp(\\bar a - 0.574)` after each move (:math:`\\bar a` its mean acceptance probability over the ``N`` chains): the
+    step of a move depends only on the past, so each move is still invariant given it."""
+    if int(n_moves) != n_moves or n_moves < 0 or not (step_size > 0 and math.isfinite(step_size)):
+        raise ValueError(f"mala_chain: n_moves must be an integer >= 0 and step_size finite and > 0, got {n_moves!r}, {step_size!r}")
+    x = x.detach()
+    lt, g = _eval(log_target, x)
+    eps, acc = float(step_size), []
+    for _ in range(int(n_moves)):
+        y, lt_y, g_y, log_alpha = _mala(log_target, 1.0, x, lt, g, eps, 1.0, generator)
+        ok = _accept(log_alpha, lt_y, generator)
+        x, lt, g = torch.where(ok[:, None], y, x), torch.where(ok, lt_y, lt), torch.where(ok[:, None], g_y, g)
+        a = float(torch.where(torch.isfinite(lt_y), log_alpha.clamp(max=0.0).exp(), torch.zeros_like(log_alpha)).nan_to_num(0.0).mean())
+        acc.append(a)
+        if adapt:
+            eps *= math.exp(a - TARGET_ACCEPTANCE["mala"])
+    return MALAResult(x, lt, eps, sum(acc) / len(acc) if acc else float("nan"))

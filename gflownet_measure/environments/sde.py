@@ -49,7 +49,9 @@ __all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "LevelKernel", "SDEKernel",
 # The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
 # time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
 # targets and Table 2'). With sigma = 5 itself off-policy TB collapses onto one mode of the mixture (B_RW = -2.2 = log 1/9).
-DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0}
+# The Sendera et al. 2024 targets take gfn-diffusion's t_scale: its default 5 for the 25-Gaussian grid, and 1 for the
+# funnel and many-well, as its README's many-well commands (docs/references.md, 'Diffusion-sampler benchmark').
+DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0, "gmm25": math.sqrt(5.0), "hard_funnel": 1.0, "many_well": 1.0}
 
 
 
@@ -59,10 +61,11 @@ class SDEConfig:
 
     target: str = option("gmm9", "target density", choices=tuple(TARGETS))
     n_steps: int = option(100, "Euler-Maruyama steps T over the unit time horizon", low=1, high=10000)
-    sigma: float = option(0.0, "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9, 1 for funnel)", low=0.0)
+    sigma: float = option(0.0, "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9 and gmm25, 1 for the funnels and many_well)", low=0.0)
     hidden: int = option(64, "width of the PIS-style networks", low=1)
     learned_variance: bool = option(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False))
     langevin: bool = option(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False))
+    langevin_clip: float = option(1e4, "langevin: clip grad log R to +-this (PIS: 1e4; gfn-diffusion's lgv_clip: 100)", low=1e-8)
 
     def __post_init__(self):
         check_options(self)
@@ -289,5 +292,5 @@ def make_graph(config: SDEConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: SDEConfig):
     """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge."""
     sigma = sigma_of(config)
-    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin)
+    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin, config.langevin_clip)
     return pf, BrownianBridge(graph.kappa_b, sigma)

@@ -1,11 +1,23 @@
-"""Target densities on R^n for the SDE samplers (Lahlou et al. 2023, section 4.2; docs/references.md, 'SDE targets and Table 2').
+"""Target densities on R^n for the SDE samplers (Lahlou et al. 2023, section 4.2; Sendera et al. 2024, Table 1;
+docs/references.md, 'SDE targets and Table 2' and 'Diffusion-sampler benchmark').
 
 Each target gives an unnormalised log-density :math:`\\log R(x)` w.r.t. Lebesgue measure, its exact
-:math:`\\log Z`, and exact samples (for evaluation and for forward-KL training from data).
+:math:`\\log Z = \\log \\int R`, exact samples (for evaluation and for forward-KL training from data), the exact CDF of
+its first coordinate's marginal (:meth:`cdf0`, for the KS distance of samples) and the log-density of the marginal of
+its first two coordinates (:meth:`log_marginal01`, for figures).
 
 - ``gmm9``: :math:`R(x) = \\frac19 \\sum_{m \\in \\{-5,0,5\\}^2} \\mathcal N(x; m, 0.3 I_2)`, :math:`\\log Z = 0`.
+- ``gmm25``: :math:`R(x) = \\frac1{25} \\sum_{m \\in \\{-10,-5,0,5,10\\}^2} \\mathcal N(x; m, 0.3 I_2)`, :math:`\\log Z = 0`
+  (gfn-diffusion's ``TwentyFiveGaussianMixture``, torchgfn 2.4.1's ``Grid25GaussianMixture``).
 - ``funnel``: :math:`x_0 \\sim \\mathcal N(0, \\sigma_0^2)`, :math:`x_i | x_0 \\sim \\mathcal N(0, e^{x_0})`, ``i = 1..9``,
-  :math:`\\log Z = 0`, with :math:`\\sigma_0 = 1` as PIS (Zhang & Chen 2022), whose setting the paper follows.
+  :math:`\\log Z = 0`, with :math:`\\sigma_0 = 1` as PIS (Zhang & Chen 2022), whose setting Lahlou et al. follow
+  (gfn-diffusion's ``EasyFunnel``, torchgfn's ``easy_funnel``).
+- ``hard_funnel``: the same with :math:`\\sigma_0 = 3`, the funnel of Sendera et al. 2024, Table 1 (gfn-diffusion's
+  ``HardFunnel``, torchgfn's ``hard_funnel``).
+- ``many_well``: 16 independent pairs :math:`(x_{2i}, x_{2i+1})`, :math:`\\log R(x) = \\sum_{i<16} -x_{2i}^4 + 6 x_{2i}^2
+  + \\tfrac12 x_{2i} - \\tfrac12 x_{2i+1}^2` (Midgley et al. 2022; gfn-diffusion's and torchgfn's ``ManyWell``), not
+  normalised: :math:`\\log Z = 16 (\\log Z_1 + \\tfrac12 \\log 2\\pi) = 164.6957`, :math:`Z_1 = \\int e^{-x^4 + 6x^2 + x/2} dx
+  = 11784.509` by quadrature (:class:`ManyWell`).
 """
 from __future__ import annotations
 
@@ -16,42 +28,63 @@ from torch import Tensor
 
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["GaussianMixture9", "Funnel", "TARGETS"]
+__all__ = ["GridMixture", "Funnel", "ManyWell", "TARGETS"]
 
 
-class GaussianMixture9:
-    """Equal-weight mixture of 9 isotropic Gaussians at :math:`\\{-5, 0, 5\\}^2`, variance 0.3 per coordinate."""
+def _normal_cdf(z: Tensor) -> Tensor:
+    """:math:`\\Phi(z)`, the standard normal CDF."""
+    return 0.5 * torch.erfc(-z / math.sqrt(2.0))
 
-    name, dim, log_Z = "gmm9", 2, 0.0
+
+class GridMixture:
+    """Equal-weight mixture of isotropic Gaussians at the grid :math:`S^2` (``S`` = ``side``), variance 0.3 per coordinate.
+
+    .. math:: R(x) = \\frac1{|S|^2} \\sum_{m \\in S^2} \\mathcal N(x; m, 0.3\\, I_2), \\qquad \\log Z = 0.
+    """
+
+    dim, log_Z = 2, 0.0
     variance = 0.3
 
-    def __init__(self):
-        side = torch.tensor([-5.0, 0.0, 5.0])
-        self.means = torch.cartesian_prod(side, side)  # [9, 2]
+    def __init__(self, name: str, side: tuple[float, ...]):
+        self.name = name
+        s = torch.tensor(side)
+        self.means = torch.cartesian_prod(s, s)  # [M, 2]
+        self.limits = (-(max(side) + 3.0), max(side) + 3.0)  # for figures
 
     def log_prob(self, x: Tensor) -> Tensor:
-        """:math:`\\log R(x)` ``[B]`` for ``x [B, 2]``: a log-sum-exp over the 9 components."""
-        d2 = (x[:, None, :] - self.means.to(x)).square().sum(-1)  # [B, 9]
+        """:math:`\\log R(x)` ``[B]`` for ``x [B, 2]``: a log-sum-exp over the components."""
+        d2 = (x[:, None, :] - self.means.to(x)).square().sum(-1)  # [B, M]
         log_comp = -0.5 * d2 / self.variance - 0.5 * self.dim * (LOG_2PI + math.log(self.variance))
-        return torch.logsumexp(log_comp, 1) - math.log(9)
+        return torch.logsumexp(log_comp, 1) - math.log(len(self.means))
+
+    log_marginal01 = log_prob
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        k = torch.randint(9, (n,), generator=generator)
+        k = torch.randint(len(self.means), (n,), generator=generator)
         return self.means.to(k.device)[k] + math.sqrt(self.variance) * torch.randn(n, self.dim, generator=generator, device=k.device)
 
+    def cdf0(self, x0: Tensor) -> Tensor:
+        """The exact CDF of :math:`x_0`: :math:`\\frac1{|S|} \\sum_{m \\in S} \\Phi((x_0 - m)/\\sqrt{0.3})`."""
+        m = self.means[:, 0].unique().to(x0)
+        return _normal_cdf((x0[:, None] - m) / math.sqrt(self.variance)).mean(1)
+
     def mode_counts(self, x: Tensor, radius: float = 3.0) -> Tensor:
-        """``[9]`` long: samples within ``radius`` standard deviations (Euclidean) of each mean."""
+        """``[M]`` long: samples within ``radius`` standard deviations (Euclidean) of each mean."""
         d = torch.linalg.vector_norm(x[:, None, :].float() - self.means.to(x.device), dim=-1)
         return (d < radius * math.sqrt(self.variance)).sum(0)
 
 
 class Funnel:
-    """Neal's funnel in 10 dimensions: :math:`x_0 \\sim \\mathcal N(0, \\sigma_0^2)`, :math:`x_{1:9} | x_0 \\sim \\mathcal N(0, e^{x_0} I_9)`."""
+    """Neal's funnel in ``dim`` dimensions: :math:`x_0 \\sim \\mathcal N(0, \\sigma_0^2)`, :math:`x_{1:d-1} | x_0 \\sim \\mathcal N(0, e^{x_0} I)`.
 
-    name, dim, log_Z = "funnel", 10, 0.0
+    .. math:: R(x) = \\mathcal N(x_0; 0, \\sigma_0^2) \\prod_{i=1}^{d-1} \\mathcal N(x_i; 0, e^{x_0}), \\qquad \\log Z = 0.
+    """
 
-    def __init__(self, sigma0: float = 1.0):
-        self.sigma0 = sigma0
+    log_Z = 0.0
+
+    def __init__(self, name: str = "funnel", sigma0: float = 1.0, dim: int = 10):
+        self.name, self.sigma0, self.dim = name, sigma0, dim
+        self.limits = (-3.0 * sigma0 - 1.0, 3.0 * sigma0 + 1.0)
 
     def log_prob(self, x: Tensor) -> Tensor:
         x0, rest = x[:, 0], x[:, 1:]
@@ -59,9 +92,93 @@ class Funnel:
         lpr = -0.5 * rest.square().sum(1) * torch.exp(-x0) - 0.5 * (self.dim - 1) * (LOG_2PI + x0)
         return lp0 + lpr
 
+    def log_marginal01(self, x: Tensor) -> Tensor:
+        """:math:`\\log \\mathcal N(x_0; 0, \\sigma_0^2) + \\log \\mathcal N(x_1; 0, e^{x_0})` for ``x [B, 2]``."""
+        return Funnel(self.name, self.sigma0, 2).log_prob(x)
+
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         x0 = self.sigma0 * torch.randn(n, 1, generator=generator)
         return torch.cat([x0, torch.exp(x0 / 2) * torch.randn(n, self.dim - 1, generator=generator)], 1)
 
+    def cdf0(self, x0: Tensor) -> Tensor:
+        """The exact CDF of :math:`x_0`: :math:`\\Phi(x_0 / \\sigma_0)`."""
+        return _normal_cdf(x0 / self.sigma0)
 
-TARGETS = {"gmm9": GaussianMixture9(), "funnel": Funnel()}
+
+class ManyWell:
+    """Many-well (Midgley et al. 2022): ``dim / 2`` independent copies of the 2-D double well.
+
+    .. math:: \\log R(x) = \\sum_{i < d/2} f(x_{2i}) - \\tfrac12 x_{2i+1}^2, \\quad f(x) = -x^4 + 6x^2 + \\tfrac12 x,
+       \\qquad \\log Z = \\tfrac d2 \\big(\\log Z_1 + \\tfrac12 \\log 2\\pi\\big), \\quad Z_1 = \\int e^{f(x)} dx.
+
+    :math:`Z_1` is a trapezoid sum of :math:`e^{f}` on ``2 * 10^5`` intervals of ``[-5, 5]`` (:math:`f(\\pm 5) < -470`:
+    the tails are below float64 round-off): 11784.509, as gfn-diffusion's and torchgfn's constant 11784.50927;
+    ``dim = 32``: :math:`\\log Z = 164.6957`. Exact samples: :math:`x_{2i}` by inverting the piecewise-linear CDF of
+    :math:`e^f` on that grid (the error of the interpolated CDF is below ``1e-8``), :math:`x_{2i+1} \\sim \\mathcal N(0, 1)`.
+    """
+
+    def __init__(self, name: str = "many_well", dim: int = 32):
+        if dim % 2:
+            raise ValueError(f"many-well needs an even dimension, got {dim}")
+        self.name, self.dim, self.n_pairs = name, dim, dim // 2
+        self.grid = torch.linspace(-5.0, 5.0, 200001, dtype=torch.float64)
+        f = self.well(self.grid)
+        h = float(self.grid[1] - self.grid[0])
+        top = float(f.max())
+        p = torch.exp(f - top)
+        cum = torch.cat([p.new_zeros(1), torch.cumsum(0.5 * h * (p[1:] + p[:-1]), 0)])
+        self.log_Z1 = math.log(float(cum[-1])) + top
+        self.cdf_grid = cum / cum[-1]
+        self.log_Z = self.n_pairs * (self.log_Z1 + 0.5 * LOG_2PI)
+        self.limits = (-3.0, 3.0)
+
+    @staticmethod
+    def well(x: Tensor) -> Tensor:
+        """:math:`f(x) = -x^4 + 6 x^2 + x/2`, the unnormalised log-density of each pair's first coordinate."""
+        x2 = x.square()
+        return -x2.square() + 6.0 * x2 + 0.5 * x
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        return (self.well(x[:, 0::2]) - 0.5 * x[:, 1::2].square()).sum(1)
+
+    def log_marginal01(self, x: Tensor) -> Tensor:
+        """The normalised density of one pair, :math:`f(x_0) - \\tfrac12 x_1^2 - \\log Z_1 - \\tfrac12 \\log 2\\pi`, for ``x [B, 2]``."""
+        return self.well(x[:, 0]) - 0.5 * x[:, 1].square() - self.log_Z1 - 0.5 * LOG_2PI
+
+    def cdf0(self, x0: Tensor) -> Tensor:
+        """The exact CDF of one pair's first coordinate, interpolated on the quadrature grid."""
+        xd = x0.double().clamp(-5.0, 5.0)
+        i = torch.searchsorted(self.grid, xd).clamp(1, len(self.grid) - 1)
+        lo, hi = self.grid[i - 1], self.grid[i]
+        a = (xd - lo) / (hi - lo)
+        return ((1 - a) * self.cdf_grid[i - 1] + a * self.cdf_grid[i]).to(x0.dtype)
+
+    def sample_well(self, shape: tuple[int, ...], generator: torch.Generator | None = None) -> Tensor:
+        """Exact samples of :math:`e^{f}/Z_1` by inverse CDF (float64)."""
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        i = torch.searchsorted(self.cdf_grid, u).clamp(1, len(self.grid) - 1)
+        c0, c1 = self.cdf_grid[i - 1], self.cdf_grid[i]
+        a = ((u - c0) / (c1 - c0).clamp(min=1e-300)).clamp(0.0, 1.0)
+        return self.grid[i - 1] + a * (self.grid[i] - self.grid[i - 1])
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        x = torch.randn(n, self.dim, generator=generator)
+        x[:, 0::2] = self.sample_well((n, self.n_pairs), generator).to(x.dtype)
+        return x
+
+    def well_mass(self, x: Tensor) -> Tensor:
+        """``[d/2]``: the fraction of samples in the right well (:math:`x_{2i} > 0`) of each pair; exact: :meth:`right_mass`."""
+        return (x[:, 0::2] > 0).double().mean(0)
+
+    def right_mass(self) -> float:
+        """:math:`P(x_{2i} > 0) = 1 - \\mathrm{CDF}(0)`, exact by the quadrature."""
+        return 1.0 - float(self.cdf0(torch.zeros(1, dtype=torch.float64)))
+
+
+TARGETS = {
+    "gmm9": GridMixture("gmm9", (-5.0, 0.0, 5.0)),
+    "gmm25": GridMixture("gmm25", (-10.0, -5.0, 0.0, 5.0, 10.0)),
+    "funnel": Funnel("funnel", 1.0),
+    "hard_funnel": Funnel("hard_funnel", 3.0),
+    "many_well": ManyWell(),
+}

@@ -14,21 +14,24 @@ and regime (docs/references.md, 'SDE targets and Table 2'):
 
 Metrics: ``log_Z_lower_bound`` (B: mean of w) and ``log_Z_importance_weighted`` (B_RW: log-mean-exp of w)
 over ``eval_samples`` on-policy trajectories, w = log R + sum log P_B - sum log P_F; the bias is the
-estimate minus the exact log Z (0 for both targets). For the mixture also the samples per mode.
+estimate minus the exact log Z (Lahlou et al. 2023's B and B_RW), and ``delta_log_Z`` / ``delta_log_Z_RW`` the exact
+log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW). Of the samples (:func:`sample_metrics`): the KS
+distance of the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well).
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
-from gflownet_measure.baselines.smc import annealed_smc
+from gflownet_measure.baselines.smc import annealed_smc, mala_chain
 from gflownet_measure.environments import sde as env
 from gflownet_measure.environments.sde_targets import TARGETS
-from gflownet_measure.gaussian import LOG_2PI
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.metrics import log_weights, log_z_bounds
+from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
@@ -49,7 +52,13 @@ SETTINGS = {
     "objective": Setting("tb", "training objective (gflownet_measure.objectives; those without a state flow)", choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow)),
     "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
-    "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel)", low=0),
+    "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0),
+    "local_search": Setting(False, "replay-buffer local search (Sendera et al. 2024): every other batch is buffered terminal states refined by MALA, walked back with P_B", choices=(True, False)),
+    "ls_every": Setting(100, "local search: refine a batch of buffered states by MALA every this many steps (gfn-diffusion's ls_cycle)", low=1),
+    "ls_moves": Setting(200, "local search: MALA moves per refinement (gfn-diffusion's max_iter_ls)", low=1),
+    "ls_step": Setting(0.1, "local search: initial MALA step eps^2/2 (gfn-diffusion's ld_step), adapted towards acceptance 0.574", low=1e-8),
+    "buffer_size": Setting(60000, "local search: capacity of each replay buffer (forward terminal states; refined states)", low=1),
+    "rank_weight": Setting(0.01, "local search: rank-prioritised replay, P(i) proportional to 1 / (rank_weight N + rank_i) (gfn-diffusion's)", low=1e-8),
 }
 
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
@@ -58,7 +67,7 @@ PRESETS = {
     "quick": _PAPER | {"steps": 800, "eval_every": 200, "eval_samples": 1000},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
-PAPER_K = {"gmm9": 2000, "funnel": 6000}
+PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000}  # Sendera et al. 2024: K = 2,000
 
 
 def _validate(cfg: dict) -> None:
@@ -66,6 +75,8 @@ def _validate(cfg: dict) -> None:
     width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
     if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
         raise ConfigError(f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off")
+    if cfg.get("local_search") and (get_objective(cfg["objective"]).pathwise or cfg["regime"] == "target"):
+        raise ConfigError(f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl")
     require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
@@ -76,17 +87,75 @@ def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
     return graph, GFlowNet(pf, pb)
 
 
-def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
-    """Exact target samples walked back to s0 with P_B, scored so that :math:`q = R P_B` (weights uniform, log Z = 0)."""
-    target = TARGETS[cfg["target"]]
-    x = target.sample(cfg["batch_size"])
-    s = torch.cat([x, torch.full((len(x), 1), float(cfg["n_steps"]))], 1)
+def _backward_batch(graph: PointedGraph, gfn: GFlowNet, x: torch.Tensor) -> Batch:
+    """Terminal states ``x [B, n]`` walked back to s0 with P_B, scored so that :math:`q = R P_B` (for exact target samples
+    the weights are uniform and log Z = 0)."""
+    s = torch.cat([x, torch.full((len(x), 1), float(graph.max_length - 1), dtype=x.dtype)], 1)
     traj = sample_backward(graph, gfn.pb, s)
     log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
     log_q = log_pb.detach().clone()
     last = traj.length - 1
     log_q[last, torch.arange(len(last))] += traj.log_R  # the step into the sink carries log R: sum_t log q = log R + sum_t log P_B
     return Batch(graph, traj, Scores(log_pf, log_pb, log_q))
+
+
+def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
+    """Exact target samples walked back to s0 with P_B (:func:`_backward_batch`)."""
+    return _backward_batch(graph, gfn, TARGETS[cfg["target"]].sample(cfg["batch_size"]))
+
+
+class StateRing(nn.Module):
+    """A FIFO ring of at most ``capacity`` terminal states with their log-rewards, drawn with rank-based priority
+    :math:`P(i) \\propto 1 / (k N + \\mathrm{rank}_i)` (rank 0 the highest log R, ``k`` = ``rank_weight``; gfn-diffusion's
+    ``prioritized="rank"``). Its tensors are module buffers, so a run's checkpoint holds them."""
+
+    def __init__(self, capacity: int, dim: int, rank_weight: float):
+        super().__init__()
+        self.rank_weight = rank_weight
+        self.register_buffer("x", torch.zeros(capacity, dim))
+        self.register_buffer("log_R", torch.zeros(capacity))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))  # states ever added
+
+    def __len__(self) -> int:
+        return min(int(self.count), len(self.x))
+
+    def add(self, x: torch.Tensor, log_R: torch.Tensor) -> None:
+        idx = (int(self.count) + torch.arange(len(x))) % len(self.x)
+        self.x[idx], self.log_R[idx] = x.detach().to(self.x.dtype), log_R.detach().to(self.log_R.dtype)
+        self.count += len(x)
+
+    def draw(self, n: int) -> torch.Tensor:
+        size = len(self)
+        rank = torch.argsort(torch.argsort(self.log_R[:size], descending=True))
+        idx = torch.multinomial(1.0 / (self.rank_weight * size + rank.double()), n, replacement=True)
+        return self.x[idx]
+
+
+class LocalSearchBatches(nn.Module):
+    """Training batches with replay-buffer local search (Sendera et al. 2024, section 3; gfn-diffusion's ``--both_ways
+    --local_search``): even steps draw ``B`` trajectories from the (exploring) policy and keep their terminal states;
+    odd steps train on ``B`` refined states walked back with P_B (:func:`_backward_batch`). Every ``ls_every`` steps
+    ``B`` buffered states are refined by ``ls_moves`` MALA moves on log R (:func:`gflownet_measure.baselines.smc.mala_chain`, which leaves
+    R/Z invariant) into a second buffer, from which the odd steps draw. gfn-diffusion keeps every accepted state after a
+    burn-in of each chain; this keeps each chain's last state."""
+
+    def __init__(self, gfn: GFlowNet, graph: PointedGraph, cfg: dict):
+        super().__init__()
+        self.cfg, self.graph, self.objective = cfg, graph, get_objective(cfg["objective"])
+        self.gfn = [gfn]  # not a submodule: the checkpoint holds the GFlowNet on its own
+        dim = TARGETS[cfg["target"]].dim
+        self.visited, self.refined = StateRing(cfg["buffer_size"], dim, cfg["rank_weight"]), StateRing(cfg["buffer_size"], dim, cfg["rank_weight"])
+
+    def forward(self, step: int) -> Batch:
+        gfn, cfg, B = self.gfn[0], self.cfg, self.cfg["batch_size"]
+        if step % 2 == 0 or len(self.visited) == 0:
+            batch = self.objective.sample(self.graph, gfn, B, noise=exploration_noise(cfg, step))
+            self.visited.add(batch.traj.terminal[:, :-1], batch.traj.log_R)
+            return batch
+        if step % cfg["ls_every"] < 2 or len(self.refined) == 0:
+            r = mala_chain(TARGETS[cfg["target"]].log_prob, self.visited.draw(B), cfg["ls_moves"], math.sqrt(2 * cfg["ls_step"]))
+            self.refined.add(r.x, r.log_target)
+        return _backward_batch(self.graph, gfn, self.refined.draw(B))
 
 
 def exploration_noise(cfg: dict, step: int) -> float:
@@ -107,8 +176,11 @@ def make_batches(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
     """``step -> batch`` of one training iteration: ``batch_size`` fresh trajectories, all stepping together, drawn as the
     objective needs them (:meth:`~gflownet_measure.objectives.Objective.sample`: reparametrised on-policy for the
     path-wise reverse KL, else without gradients and scored by one batched call of each policy), with the regime's
-    exploration noise; or, ``regime=target``, exact target samples walked back with P_B."""
+    exploration noise; or, ``regime=target``, exact target samples walked back with P_B; or, ``local_search``, those
+    batches alternating with refined buffered states (:class:`LocalSearchBatches`)."""
     objective = get_objective(cfg["objective"])
+    if cfg["local_search"]:
+        return LocalSearchBatches(gfn, graph, cfg)
 
     def batches(step: int) -> Batch:
         if cfg["regime"] == "target":
@@ -133,17 +205,30 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
 
 @optional_figure
 def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
-    """Figure C.1: samples over the target's density (the mixture), or the (x0, x1) marginal (the funnel)."""
+    """Figure C.1: samples of the first two coordinates over the exact density of their marginal (the whole density in
+    2-D, the funnel's (x0, x1), many-well's first pair), beside as many exact samples."""
     target = TARGETS[target_name]
-    lim = (-8.0, 8.0) if target_name == "gmm9" else (-4.0, 4.0)
+    lim = target.limits
     g = torch.linspace(*lim, 200, dtype=torch.float64)
-    pts = torch.cartesian_prod(g, g)
-    if target_name == "gmm9":
-        dens = target.log_prob(pts).exp()
-    else:  # marginal of (x0, x1): N(x0; 0, 1) N(x1; 0, e^{x0})
-        dens = (-0.5 * pts[:, 0] ** 2 - 0.5 * pts[:, 1] ** 2 * torch.exp(-pts[:, 0]) - 0.5 * pts[:, 0] - LOG_2PI).exp()
+    dens = target.log_marginal01(torch.cartesian_prod(g, g)).exp()
     ref = target.sample(len(x), seeded_generator(0)).cpu().numpy()
     plot_sample_panels(dens.reshape(200, 200).cpu().numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
+
+
+def sample_metrics(target_name: str, x: torch.Tensor) -> dict:
+    """Distances of the samples ``x [K, n]`` to the target: ``ks_x0``, the KS distance of the first coordinate to its exact
+    marginal (for the funnels :math:`\\mathcal N(0, \\sigma_0^2)`: the neck); the samples per mode (mixtures); the mass in
+    the right well of each pair beside the exact one (many-well)."""
+    target = TARGETS[target_name]
+    out = {"ks_x0": ks_distance(x[:, 0], target.cdf0)}
+    if hasattr(target, "mode_counts"):
+        counts = target.mode_counts(x)
+        out |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
+    if hasattr(target, "well_mass"):
+        mass = target.well_mass(x)
+        out |= {"right_well_mass_exact": target.right_mass(), "right_well_mass_max_error": float((mass - target.right_mass()).abs().max())}
+        out |= {f"right_well_mass/{i}": float(m) for i, m in enumerate(mass)}
+    return out
 
 
 def run(cfg: dict, out: Path, resume: bool) -> dict:
@@ -160,26 +245,25 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     x = final.pop("samples").cpu().numpy()
     np.savez(out / "samples.npz", x=x)
     target = TARGETS[cfg["target"]]
-    label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"
+    label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy" + (" + LP" if cfg["langevin"] else "") + (" + LS" if cfg["local_search"] else "")
     plot_history(history, "log_Z_importance_weighted", out / "log_z.png", f"B_RW during training ({label})", log_y=False)
     _figure(cfg["target"], x, out / "samples.png", label)
     metrics = final | {
         "log_Z_exact": target.log_Z,
         "bias_lower_bound": final["log_Z_lower_bound"] - target.log_Z,
         "bias_importance_weighted": final["log_Z_importance_weighted"] - target.log_Z,
+        "delta_log_Z": target.log_Z - final["log_Z_lower_bound"],
+        "delta_log_Z_RW": target.log_Z - final["log_Z_importance_weighted"],
         **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
         "eval_samples": K,
         "seconds": history[-1]["seconds"],
         "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
         "steps": cfg["steps"],
     }
-    if cfg["target"] == "gmm9":
-        counts = target.mode_counts(torch.as_tensor(x))
-        metrics |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
-    return metrics
+    return metrics | sample_metrics(cfg["target"], torch.as_tensor(x))
 
 
-register(Experiment("sde", "SDE sampler on R^n (9-Gaussian mixture, 10-D funnel): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
+register(Experiment("sde", "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
 
 # --- Table 2 / C.1: every row over seeds, beside the paper --------------------------------------------------
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
+from gflownet_measure.environments.sde_targets import TARGETS
 from gflownet_measure.experiments.cli import main
 
 TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5"]
@@ -12,20 +13,25 @@ TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9")])
+@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9"), ("vargrad", "off", "many_well"), ("tb", "off", "gmm25")])
 @pytest.mark.slow
 def test_run_writes_the_contract(tmp_path, objective, regime, target):
     out = tmp_path / "run"
     assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}"]) == 0
     check_contract(out)
     m = json.loads((out / "metrics.json").read_text())
-    assert m["log_Z_exact"] == 0.0 and m["bias_importance_weighted"] == m["log_Z_importance_weighted"]
+    assert m["log_Z_exact"] == TARGETS[target].log_Z and m["bias_importance_weighted"] == pytest.approx(m["log_Z_importance_weighted"] - m["log_Z_exact"])
+    assert m["delta_log_Z_RW"] == -m["bias_importance_weighted"] and m["delta_log_Z"] == -m["bias_lower_bound"]
     assert m["log_Z_lower_bound"] <= m["log_Z_importance_weighted"] + 1e-9  # Jensen, on the same K trajectories
+    assert 0 < m["ks_x0"] <= 1
     with np.load(out / "samples.npz") as z:
-        assert z["x"].shape == (100, 2 if target == "gmm9" else 10)
+        assert z["x"].shape == (100, TARGETS[target].dim)
     assert (out / "samples.png").exists() and (out / "log_z.png").exists()
-    if target == "gmm9":
-        assert sum(m[f"mode_count/{i}"] for i in range(9)) <= 100
+    if target.startswith("gmm"):
+        n_modes = len(TARGETS[target].means)
+        assert sum(m[f"mode_count/{i}"] for i in range(n_modes)) <= 100 and f"mode_count/{n_modes}" not in m
+    if target == "many_well":
+        assert 0 <= m["right_well_mass/15"] <= 1 and m["right_well_mass_exact"] == pytest.approx(0.8443, abs=1e-4)
 
 
 def test_reverse_kl_has_no_target_regime(tmp_path, capsys):
@@ -90,3 +96,63 @@ def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
     assert exploration_noise(cfg, 0) * c2 == pytest.approx(0.01)
     assert exploration_noise(cfg, 500) * c2 == pytest.approx(0.0025) and exploration_noise(cfg, 1000) == 0.0
     assert exploration_noise(cfg | {"regime": "on"}, 0) == 0.0
+
+
+def test_local_search_alternates_policy_and_refined_buffer_batches():
+    """Even steps: the policy's trajectories, their terminal states kept; odd steps: states refined by MALA from that buffer
+    (every ls_every steps), walked back with P_B to s0. The buffers are module buffers, so a checkpoint holds them."""
+    import torch
+
+    from gflownet_measure.experiments.sde import SETTINGS, LocalSearchBatches, make_gflownet
+    from gflownet_measure.experiments.settings import resolve
+
+    torch.manual_seed(0)
+    cfg = resolve(SETTINGS, dict(s.split("=") for s in TINY) | {"target": "gmm25", "local_search": "true", "ls_every": "4", "ls_moves": "3"})
+    graph, gfn = make_gflownet(cfg)
+    batches = LocalSearchBatches(gfn, graph, cfg)
+    b0 = batches(0)
+    assert len(batches.visited) == 16 and len(batches.refined) == 0
+    assert torch.equal(batches.visited.x[:16], b0.traj.terminal[:, :-1].float())
+    b1 = batches(1)
+    assert len(batches.refined) == 16  # step 1 % 4 < 2: one refinement of 16 buffered states
+    x1 = b1.traj.terminal[:, :-1].float()
+    assert all(bool((batches.refined.x[:16] == row).all(1).any()) for row in x1)  # trained on refined states
+    assert torch.equal(b1.traj.states[0], torch.zeros_like(b1.traj.states[0]))  # walked back to s0
+    batches(2), batches(3)
+    assert len(batches.refined) == 16  # 3 % 4 >= 2: no new refinement
+    assert {"visited.x", "refined.x", "refined.count"} <= set(batches.state_dict())
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_local_search_run_resumes_as_if_never_stopped(tmp_path, monkeypatch):
+    """Stopped at its 3rd refined-state batch (step 5, after the step-4 checkpoint), then resumed: the same history and
+    metrics as a run never stopped, to the bit (one thread): the checkpoint holds both buffers."""
+    from gflownet_measure.experiments import sde as sde_experiment
+
+    args = ["--threads", "1", "--set", "steps=8", "eval_every=4", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5", "target=gmm25", "local_search=true", "ls_every=2", "ls_moves=3"]
+    assert main(["run", "sde", "--out", str(tmp_path / "full"), *args]) == 0
+    real, calls = sde_experiment._backward_batch, []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Interrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sde_experiment, "_backward_batch", failing)
+    with pytest.raises(Interrupt):
+        main(["run", "sde", "--out", str(tmp_path / "cut"), *args])
+    monkeypatch.setattr(sde_experiment, "_backward_batch", real)
+    assert main(["run", "sde", "--out", str(tmp_path / "cut"), "--resume"]) == 0
+
+    def rows(run):
+        return [{k: v for k, v in json.loads(r).items() if k != "seconds"} for r in (tmp_path / run / "history.jsonl").read_text().splitlines()]
+
+    assert rows("cut") == rows("full")
+    full, cut = (json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("full", "cut"))
+    assert {k: v for k, v in cut.items() if "seconds" not in k} == {k: v for k, v in full.items() if "seconds" not in k}
+    assert main(["run", "sde", "--out", str(tmp_path / "bad"), "--set", "local_search=true", "objective=reverse_kl", "regime=on"]) == 2

@@ -27,8 +27,6 @@ import numpy as np
 import torch
 
 from gflownet_measure.baselines import structure as structure_baselines
-from gflownet_measure.baselines.mcmc import gibbs_mc3, mh_mc3
-from gflownet_measure.baselines.permutations import MAX_PERMUTATION_D
 from gflownet_measure.bayesnets.dags import MAX_ENUMERATE
 from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
@@ -58,10 +56,9 @@ from .settings import ConfigError, build
 from .tables import write_table
 from .training_config import TrainingConfig, training_settings
 
-MCMC = {"gibbs": gibbs_mc3, "mh": mh_mc3}
-BASELINE_NAMES = {"gibbs": "Gibbs-MC3", "mh": "MH-MC3", "b-ges": "B-GES", "b-pc": "B-PC", "dibs": "DiBS", "bcd": "BCD Nets"}
-"""The baselines a run can put beside JSP-GFN on the same data: structure MCMC (:mod:`gflownet_measure.baselines.mcmc`) and the
-structure learners of :mod:`gflownet_measure.baselines.structure` (optional extra ``baselines``)."""
+BASELINE_NAMES = {name: b.label for name, b in structure_baselines.STRUCTURE_BASELINES.items()}
+"""The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.baselines.structure.STRUCTURE_BASELINES`:
+structure MCMC, and the structure learners of the optional extra ``baselines``), name -> the label tables print."""
 
 SETTINGS = {
     **env.SETTINGS,
@@ -135,37 +132,9 @@ def baseline_names(cfg: dict) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _baseline_samples(name: str, cfg: dict, problem, seed: int):
-    """``(graphs, thetas or None, seconds)`` of baseline ``name`` on the run's training data, or the reason it cannot run."""
-    model = problem.model
-    linear = isinstance(model, LinearGaussian)
-    if name in MCMC:
-        if name == "gibbs" and not linear:
-            return "Gibbs-MC3 draws theta from the conjugate linear-Gaussian posterior; this model has none (use mh)"
-        per_chain = max(1, cfg["posterior_samples"] // cfg["mcmc_chains"])  # posterior_samples in all
-        thin = max(1, cfg["mcmc_steps"] // per_chain)  # mcmc_steps iterations per chain after burn-in
-        step = {"theta_step": cfg["mh_theta_step"]} if name == "mh" else {}
-        r = MCMC[name](model, n_samples=per_chain, burn_in=int(cfg["mcmc_steps"] * cfg["mcmc_burn_in"]), thin=thin, n_chains=cfg["mcmc_chains"], seed=seed, max_parents=cfg["max_parents"] or None, **step)
-        return r.graphs, r.thetas, r.seconds, {"acceptance": r.acceptance}
-    ok, reason = structure_baselines.available(name)
-    if not ok:
-        return reason
-    function = structure_baselines.load(name)
-    if name == "dibs" and not hasattr(model, "obs_var"):
-        return "DiBS here models Gaussian CPDs with a fixed noise variance (linear or MLP); this model has none"
-    if name == "dibs":
-        r = function(model, seed=seed, steps=cfg["dibs_steps"], nonlinear=not linear, edges_per_node=cfg["edges_per_node"])
-        if not len(r.graphs):
-            return "every DiBS particle ended cyclic"
-    elif name == "bcd" and (not linear or model.d > MAX_PERMUTATION_D):
-        return f"BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= {MAX_PERMUTATION_D} only"
-    elif name == "bcd":
-        r = function(model, n_samples=cfg["posterior_samples"], seed=seed, steps=cfg["bcd_steps"], edges_per_node=cfg["edges_per_node"])
-    elif not linear:
-        return f"{BASELINE_NAMES[name]} draws theta from the linear-Gaussian posterior: linear models only"
-    else:
-        r = function(model, n_samples=cfg["bootstraps"], seed=seed)
-    return r.graphs, r.thetas, r.seconds, {"discarded": r.discarded}
+def budget(cfg: dict, seed: int) -> structure_baselines.Budget:
+    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names."""
+    return build(structure_baselines.Budget, cfg | {"seed": seed})
 
 
 def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path) -> dict:
@@ -174,12 +143,13 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
     with the exact posterior, its marginals' RMSEs and theta NLL. ``baselines.json`` records which ran and why others were skipped."""
     metrics, record = {}, {}
     for name in baseline_names(cfg):
-        result = _baseline_samples(name, cfg, problem, seed)
+        result = structure_baselines.sample(name, problem.model, budget(cfg, seed))
         if isinstance(result, str):
             record[name] = f"skipped: {result}"
             print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
             continue
-        graphs, thetas, seconds, extra = result
+        samples, extra = result
+        graphs, thetas, seconds = samples.graphs, samples.thetas, samples.seconds
         np.savez(out / f"baseline_{name}.npz", graphs=graphs.cpu().numpy().astype(np.uint8))
         m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
         if exact is not None:

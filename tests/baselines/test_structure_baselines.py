@@ -19,7 +19,9 @@ import numpy as np
 import pytest
 import torch
 
-from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
+from gflownet_measure.baselines.mcmc import mh_mc3
+from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, Budget, available, load, sample
+from gflownet_measure.bayesnets.cpds import make_model
 from gflownet_measure.bayesnets.dags import is_dag
 from gflownet_measure.bayesnets.datasets.simulated import simulate_er
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
@@ -45,7 +47,7 @@ def test_registry_reports_a_missing_package(monkeypatch):
 
 
 def test_registry_rejects_an_unknown_name():
-    assert tuple(STRUCTURE_BASELINES) == ("b-ges", "b-pc", "dibs", "bcd")
+    assert tuple(STRUCTURE_BASELINES) == ("gibbs", "mh", "b-ges", "b-pc", "dibs", "bcd")
     with pytest.raises(ValueError, match="unknown structure baseline 'ges'; choose one of"):
         available("ges")
 
@@ -54,6 +56,29 @@ def test_importing_the_registry_imports_no_baseline_package():
     code = "import sys, gflownet_measure.baselines.structure; print(any(m in sys.modules for m in ('causallearn', 'dibs', 'jax')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+BUDGET = Budget(seed=3, posterior_samples=40, max_parents=0, edges_per_node=1.0, mcmc_steps=60, mcmc_chains=2, mcmc_burn_in=0.5,
+                mh_theta_step=0.1, dibs_steps=10, bcd_steps=10, bootstraps=4)
+
+
+def test_sample_runs_a_baseline_with_the_budget_as_its_arguments(problem):
+    _, model = problem
+    samples, extra = sample("mh", model, BUDGET)
+    # 40 samples over 2 chains, thinned 60 // 20 = 3 after 30 steps of burn-in: the same call made by hand
+    direct = mh_mc3(model, n_samples=20, burn_in=30, thin=3, n_chains=2, seed=3, theta_step=0.1)
+    assert torch.equal(samples.graphs, direct.graphs) and torch.equal(samples.thetas, direct.thetas)
+    assert extra == {"acceptance": direct.acceptance}
+
+
+def test_sample_says_why_a_baseline_refuses_a_model():
+    nonlinear = make_model("mlp", torch.randn(30, 3, generator=torch.Generator().manual_seed(0)))
+    assert sample("gibbs", nonlinear, BUDGET) == "Gibbs-MC3 draws theta from the conjugate linear-Gaussian posterior; this model has none (use mh)"
+    assert sample("bcd", nonlinear, BUDGET).startswith("BCD Nets here is a linear-Gaussian SEM")
+    wide = LinearGaussian(torch.randn(30, 8, generator=torch.Generator().manual_seed(0)))
+    assert sample("bcd", wide, BUDGET) == "BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= 7 only"
+    with pytest.raises(ValueError, match="unknown structure baseline 'ges'"):
+        sample("ges", wide, BUDGET)
 
 
 # ---------------------------------------------------------------- bootstrap GES / PC

@@ -15,12 +15,13 @@ from torch.distributions import MultivariateNormal, Normal
 
 from gflownet_measure.bayesnets.cpds import MLPGaussian
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
-from gflownet_measure.environments.dag_params.network import JSPNetwork, JSPOutputs
+from gflownet_measure.environments.dag_params.network import DiagGaussianHead, FullGaussianHead, JSPNetwork, JSPOutputs
 from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-MODELS = ["diag", "full"]
+HEADS = {"diag": DiagGaussianHead, "full": FullGaussianHead}  # the public JSP-GFN code's names
+MODELS = list(HEADS)
 
 # d = 3: one edge 0 -> 2; two edges into the same child 0 -> 2, 1 -> 2; two edges into different children 2 -> 0, 2 -> 1.
 GRAPHS = torch.zeros(3, 3, 3, dtype=torch.float64)
@@ -38,7 +39,7 @@ def make_net(d: int, model: str, hidden: int = 16, seed: int = 0, perturb: bool 
     """A float64 network on the linear layout; ``perturb`` moves the theta head's last layer away from its zero initialisation."""
     lin = linear(d)
     torch.manual_seed(seed)
-    net = JSPNetwork(d, hidden, lin.block_index(), lin.active, model, n_heads=2, key_size=8).double()
+    net = JSPNetwork(d, hidden, lin.block_index(), lin.active, HEADS[model], n_heads=2, key_size=8).double()
     if perturb:
         with torch.no_grad():
             last = net.theta_head.net[-1]
@@ -94,7 +95,7 @@ def test_output_shapes(model):
     torch.manual_seed(0)
     B, d, S = 3, 4, 5
     lin = linear(d)
-    net = JSPNetwork(d, 32, lin.block_index(), lin.active, model)
+    net = JSPNetwork(d, 32, lin.block_index(), lin.active, HEADS[model])
     adj = random_dags(B, d).float()
     out = net(adj)
     P = d * d
@@ -116,13 +117,10 @@ def test_output_shapes(model):
     assert torch.allclose(out.edge_logits[1, 2, 3], u[1, 2] @ v[1, 3], atol=1e-5)
 
 
-def test_unknown_head_and_full_head_on_a_nonlinear_layout_are_rejected():
-    lin = linear(3)
-    with pytest.raises(ValueError, match="head"):
-        JSPNetwork(3, 8, lin.block_index(), lin.active, "lowrank")
+def test_full_head_on_a_nonlinear_layout_is_rejected():
     mlp = MLPGaussian(torch.randn(4, 3, dtype=torch.float64), hidden=2)
     with pytest.raises(ValueError, match="linear models"):
-        JSPNetwork(3, 8, mlp.block_index(), mlp.active, "full")
+        JSPNetwork(3, 8, mlp.block_index(), mlp.active, FullGaussianHead)
 
 
 def test_graph_network_matches_a_loop_over_edges():
@@ -223,7 +221,7 @@ def test_diag_head_scatters_each_node_block_to_the_mlp_layout():
     mlp = MLPGaussian(torch.randn(4, d, dtype=torch.float64), hidden=hidden)
     block, P = mlp.block, mlp.n_params
     torch.manual_seed(0)
-    net = JSPNetwork(d, 8, mlp.block_index(), mlp.active, "diag", n_heads=2, key_size=4).double()
+    net = JSPNetwork(d, 8, mlp.block_index(), mlp.active, DiagGaussianHead, n_heads=2, key_size=4).double()
     adj = GRAPHS
     c = torch.linspace(-1.0, 2.0, 2 * block, dtype=torch.float64)
     with torch.no_grad():

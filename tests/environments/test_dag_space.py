@@ -560,3 +560,22 @@ def test_robust_slope_ignores_a_few_outlying_samples_that_pull_least_squares():
     y[:10] -= 200.0 + 20 * x[:10]  # 2% badly estimated samples
     slope, robust, r = _line_fit(x, y)
     assert abs(robust - 0.8) < 0.01 and abs(slope - 0.8) > 0.1 and r < 0.99
+
+
+def test_the_data_are_read_once_per_configuration_and_again_when_the_file_changes(tmp_path, monkeypatch):
+    """``check`` and the registry build ``make_graph(config)`` then ``make_policies(graph, config)``: one simulation; a CSV
+    edited between two calls is read again (its size and modification time key the cache)."""
+    calls = []
+    monkeypatch.setattr(dp, "simulate_er", lambda *a, **k: calls.append(a) or simulate_er(*a, **k))
+    config = dp.DagParamsConfig(d=3, data_seed=11)
+    graph = dp.make_graph(config)
+    dp.make_policies(graph, config)
+    assert len(calls) == 1
+    dp.make_graph(dp.DagParamsConfig(d=3, data_seed=12))
+    assert len(calls) == 2
+    path = tmp_path / "data.csv"
+    path.write_text("a,b\n0.1,0.2\n0.3,0.5\n0.2,0.1\n")
+    first = dp.make_problem(dp.DagParamsConfig(data=str(path)))
+    assert dp.make_problem(dp.DagParamsConfig(data=str(path))) is first
+    path.write_text("a,b\n0.1,0.2\n0.3,0.5\n0.2,0.1\n0.7,0.9\n")
+    assert dp.make_problem(dp.DagParamsConfig(data=str(path))).model.n == 4

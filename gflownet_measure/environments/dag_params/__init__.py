@@ -9,6 +9,8 @@ enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`, :mod:`.t
 """
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +26,7 @@ from gflownet_measure.bayesnets.datasets.sachs import consensus_graph, discretis
 from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp, simulate_zi
 from gflownet_measure.bayesnets.scores import lookahead_scores
 from gflownet_measure.densities import UniformPolicy
-from gflownet_measure.environments.dag_params.network import JSPNetwork
+from gflownet_measure.environments.dag_params.network import DiagGaussianHead, FullGaussianHead, JSPNetwork
 from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.environments.dag_params.solver import SolverHead
 from gflownet_measure.environments.dag_params.space import make_space
@@ -33,8 +35,16 @@ from gflownet_measure.options import check_options, option, settings_of
 
 __all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies", "solver_rows"]
 
-MODELS = {"lingauss-diag": ("lingauss", "diag"), "lingauss-full": ("lingauss", "full"), "mlp": ("mlp", "diag"), "categorical-mlp": ("categorical-mlp", "diag"), "zi-mlp": ("zi-mlp", "diag")}
-"""``model`` setting -> (CPD model of :data:`~gflownet_measure.bayesnets.cpds.CPD_MODELS`, parameter head of :data:`~.network.THETA_HEADS`)."""
+MODELS = {
+    "lingauss-diag": ("lingauss", DiagGaussianHead),
+    "lingauss-full": ("lingauss", FullGaussianHead),
+    "mlp": ("mlp", DiagGaussianHead),
+    "categorical-mlp": ("categorical-mlp", DiagGaussianHead),
+    "zi-mlp": ("zi-mlp", DiagGaussianHead),
+}
+"""``model`` setting -> (the CPD model's name in :data:`~gflownet_measure.bayesnets.cpds.CPD_MODELS`, the one registry of
+CPD models; the class of the network's parameter head, :mod:`.network`). ``lingauss-diag`` / ``-full`` and ``mlp`` are
+the public JSP-GFN code's ``lingauss_diag`` / ``lingauss_full`` and ``mlp_gauss``."""
 
 MAX_NODES = 100
 """The largest ``d`` a run accepts; the memory of an update is checked separately (``gflownet_measure.experiments.jsp_gfn.validate``)."""
@@ -100,7 +110,31 @@ def make_problem(config: DagParamsConfig) -> Problem:
     (``data=sachs``: the held-out conditions of ``sachs_heldout``, tertiles, interventions), categorical rows simulated
     from a pgmpy network (``data=pgmpy:NAME``, :mod:`gflownet_measure.bayesnets.datasets.pgmpy_networks`) or the user's CSV (with its
     interventions), and the CPD model on it; ``ValueError`` for data that cannot be read or modelled (the message names
-    the file and the problem)."""
+    the file and the problem).
+
+    The last problem is kept: :func:`make_graph` and :func:`make_policies` of one configuration (as ``check`` and the
+    registry build them), and a run after its validation, read and simulate the data once. The key is the
+    configuration, the files' sizes and modification times, and the default device.
+    """
+    return _make_problem(config, _file_stamps(config), str(torch.get_default_device()))
+
+
+def _file_stamps(config: DagParamsConfig) -> tuple:
+    """``(path, size, mtime)`` of each data file the configuration names, so that an edited file is read again."""
+    paths = [p for p in (config.data, config.interventions) if p and p != "sachs" and not p.startswith(PGMPY)]
+    return tuple((p, st.st_size, st.st_mtime_ns) if (st := _stat(p)) else (p,) for p in paths)
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:  # missing or unreadable: load_data names the problem
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Problem:
+    """:func:`make_problem`'s work; ``stamps`` and ``device`` only key the cache."""
     cpd, _ = MODELS[config.model]
     valid = valid_mask = true_adj = mask = truth = None
     if config.data == "sachs":

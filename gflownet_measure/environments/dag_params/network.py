@@ -7,11 +7,11 @@ Conventions: ``adj [B, d, d]`` is a float 0/1 adjacency with ``adj[b, i, j] = 1`
 block at the positions ``block_index[j]`` (:mod:`~gflownet_measure.bayesnets.cpds`). All graphs of a batch have the same
 ``d`` nodes, so message passing is a masked sum over the dense ``[B, d, d]`` pairs (no padding, no scatter).
 
-Parameter heads (registry :data:`THETA_HEADS`), each giving the distribution of :math:`\\theta` given ``G``:
+Parameter heads, each giving the distribution of :math:`\\theta` given ``G``:
 
-- ``"diag"``: :class:`~gflownet_measure.environments.dag_params.theta.DiagNormalTheta`, each node's block of locations and scales from
+- :class:`DiagGaussianHead`: :class:`~gflownet_measure.environments.dag_params.theta.DiagNormalTheta`, each node's block of locations and scales from
   that node's features (``lingauss_diag`` and ``mlp_gauss`` of the public JSP-GFN code);
-- ``"full"`` (``lingauss_full``, linear models only): :class:`~gflownet_measure.environments.dag_params.theta.FullNormalTheta`,
+- :class:`FullGaussianHead` (``lingauss_full``, linear models only): :class:`~gflownet_measure.environments.dag_params.theta.FullNormalTheta`,
   :math:`\\theta_{\\cdot j} \\sim \\mathcal N(\\mu_j, (U_j^\\top U_j)^{-1})` per child ``j``, with :math:`U_j` an
   upper-triangular factor of the precision.
 
@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from gflownet_measure.environments.dag_params.states import ActiveFn
 from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
-__all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "THETA_HEADS", "JSPNetwork"]
+__all__ = ["JSPOutputs", "JSPBackbone", "DiagGaussianHead", "FullGaussianHead", "JSPNetwork"]
 
 
 def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
@@ -193,13 +193,9 @@ class FullGaussianHead(nn.Module):
         return FullNormalTheta((out[..., :d] * parents).transpose(1, 2), U, adj)
 
 
-THETA_HEADS = {"diag": DiagGaussianHead, "full": FullGaussianHead}
-"""``model`` name of the JAX code -> parameter head."""
-
-
 class JSPNetwork(nn.Module):
     """:class:`JSPBackbone`, then :math:`\\ell_{ij} = u_i \\cdot v_j` with :math:`u = \\mathrm{MLP}_s(h)`,
-    :math:`v = \\mathrm{MLP}_r(h)`, the stop logit :math:`\\mathrm{MLP}[h, 1](g)` and a :data:`THETA_HEADS` head.
+    :math:`v = \\mathrm{MLP}_r(h)`, the stop logit :math:`\\mathrm{MLP}[h, 1](g)` and a parameter head.
 
     The JAX code multiplies both logits by the training-set size ``N`` before the softmax
     (docs/references.md, 'Network'); that scaling, and the masking of invalid edges, belong to the caller.
@@ -209,20 +205,18 @@ class JSPNetwork(nn.Module):
         hidden: feature width.
         block_index: ``[d, b]``, the positions of each node's parameter block in the flat ``theta`` (the CPD model's).
         active: the CPD model's ``active``: ``adj -> [B, P]`` bool, the coordinates of :math:`\\Theta_G`.
-        head: ``"diag"`` or ``"full"`` (:data:`THETA_HEADS`).
+        head: :class:`DiagGaussianHead` or :class:`FullGaussianHead` (the class; built here).
         n_heads, key_size: of the attention layer.
     """
 
-    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn, head: str = "diag", n_heads: int = 4, key_size: int = 32):
+    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn, head: type[DiagGaussianHead] | type[FullGaussianHead] = DiagGaussianHead, n_heads: int = 4, key_size: int = 32):
         super().__init__()
-        if head not in THETA_HEADS:
-            raise ValueError(f"head must be one of {sorted(THETA_HEADS)}, got {head!r}")
-        self.d, self.head = d, head
+        self.d = d
         self.backbone = JSPBackbone(d, hidden, n_heads, key_size)
         self.senders = _mlp(hidden, hidden, hidden)
         self.receivers = _mlp(hidden, hidden, hidden)
         self.stop = _mlp(hidden, hidden, 1)
-        self.theta_head = THETA_HEADS[head](d, hidden, block_index, active)
+        self.theta_head = head(d, hidden, block_index, active)
 
     def trunk(self, adj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(nodes [B, d, h], globals [B, h], edge logits [B, d, d], stop logit [B])``: all but the parameter head, which

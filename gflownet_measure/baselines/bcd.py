@@ -58,6 +58,7 @@ Cost on one CPU thread, on a machine whose 2 cores were shared with other jobs: 
 ``d = 5`` with the defaults (the backward pass through the Sinkhorn sweeps is most of it), so the paper's 20,000
 steps took 340-350 s per dataset at ``d = 5`` (docs/results.md, section 4, 'BCD Nets beside the exact posterior').
 """
+
 from __future__ import annotations
 
 import math
@@ -166,8 +167,18 @@ def _elbo(q: _Posterior, gram: Tensor, n: int, hs_tau: float, tau: float, batch_
     return (_log_likelihood(q.weights(z, P), log_sigma, gram, n) + log_prior - log_q_p).mean() + q.entropy()
 
 
-def bcd_nets(model: LinearGaussian, n_samples: int = 1000, seed: int = 0, steps: int = 20000, batch_size: int = 64, lr: float = 1e-3,
-             tau: float = 0.2, threshold: float = 0.3, equal_noise: bool = True, edges_per_node: float = 1.0) -> BaselineSamples:
+def bcd_nets(
+    model: LinearGaussian,
+    n_samples: int = 1000,
+    seed: int = 0,
+    steps: int = 20000,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    tau: float = 0.2,
+    threshold: float = 0.3,
+    equal_noise: bool = True,
+    edges_per_node: float = 1.0,
+) -> BaselineSamples:
     """BCD Nets trained for ``steps`` Adam steps on ``model.data``, then ``n_samples`` draws of :math:`(G, W)` (module docstring).
 
     Settings, with the paper's (public code's) defaults: ``steps`` 20,000; ``batch_size`` 64 Monte Carlo samples per

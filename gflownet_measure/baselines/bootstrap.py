@@ -18,6 +18,7 @@ core is free (11 s and 1.7 s of wall time when it is shared with another job), s
 JSP-GFN and DiBS papers use, and the default) takes about 7 min (B-GES) and 1 min (B-PC); the theta draws are
 negligible.
 """
+
 from __future__ import annotations
 
 import time
@@ -89,8 +90,7 @@ def _bootstrap(name: str, search, model: LinearGaussian, n_samples: int, seed: i
     start = time.perf_counter()
     data = model.data.numpy()
     rng = np.random.default_rng(seed)
-    graphs = np.stack([random_extension(search(data[rng.integers(0, len(data), len(data))]), rng) for _ in range(int(n_samples))])
-    graphs = torch.from_numpy(graphs)
+    graphs = torch.from_numpy(np.stack([random_extension(search(data[rng.integers(0, len(data), len(data))]), rng) for _ in range(int(n_samples))]))
     if not is_dag(graphs).all():
         raise RuntimeError(f"{name}: an extended graph has a cycle; causal-learn's PDAG encoding may have changed")
     thetas = model.sample_theta_posterior(graphs, torch.Generator().manual_seed(int(rng.integers(2**62))))

@@ -26,6 +26,7 @@ float32): about 22 s of CPU time to compile, then about 0.9 s of CPU time per st
 that load: 100 steps took 172 s, 200 steps 341 s), so the default 1000 steps cost about 15 min of CPU time. After
 10-20 steps nearly all particles are still cyclic (29-30 of 30 dropped): short runs say nothing about DiBS.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,8 +56,9 @@ def flat_thetas(graphs: np.ndarray, weights: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(masked.reshape(len(masked), masked.shape[-1] ** 2).astype(np.float64))
 
 
-def joint_dibs(model, n_samples: int = 30, seed: int = 0, steps: int = 1000, nonlinear: bool = False,
-               edges_per_node: float = 2.0, hidden_layers: tuple[int, ...] = (5,)) -> BaselineSamples:
+def joint_dibs(
+    model, n_samples: int = 30, seed: int = 0, steps: int = 1000, nonlinear: bool = False, edges_per_node: float = 2.0, hidden_layers: tuple[int, ...] = (5,)
+) -> BaselineSamples:
     """Joint DiBS with ``n_samples`` SVGD particles and ``steps`` updates on ``model.data`` (module docstring).
 
     ``model``: a :class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`; for ``nonlinear=True`` any object with
@@ -86,11 +88,13 @@ def joint_dibs(model, n_samples: int = 30, seed: int = 0, steps: int = 1000, non
         likelihood = DenseNonlinearGaussian(n_vars=d, hidden_layers=tuple(hidden_layers), obs_noise=model.obs_var, sig_param=math.sqrt(model.prior_var))
     else:
         likelihood = DibsLinearGaussian(n_vars=d, obs_noise=model.obs_var, mean_edge=0.0, sig_edge=math.sqrt(model.prior_var), min_edge=0.0)
-    dibs = JointDiBS(x=jax.numpy.asarray(np.asarray(model.data, dtype=np.float32)), graph_model=ErdosReniDAGDistribution(d, n_edges_per_node=edges_per_node),
-                     likelihood_model=likelihood)
+    dibs = JointDiBS(
+        x=jax.numpy.asarray(np.asarray(model.data, dtype=np.float32)),
+        graph_model=ErdosReniDAGDistribution(d, n_edges_per_node=edges_per_node),
+        likelihood_model=likelihood,
+    )
     graphs, weights = dibs.sample(key=jax.random.PRNGKey(seed), n_particles=int(n_samples), steps=int(steps))
     graphs = np.asarray(graphs).astype(bool)
     keep = is_dag(torch.from_numpy(graphs)).numpy()
     thetas = None if nonlinear else flat_thetas(graphs[keep], np.asarray(weights)[keep])
     return BaselineSamples(torch.from_numpy(graphs[keep]), thetas, time.perf_counter() - start, int((~keep).sum()))
-

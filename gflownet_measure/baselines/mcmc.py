@@ -56,6 +56,7 @@ Samples: after ``burn_in`` steps, every ``thin``-th state of each chain, ``n_sam
 ``theta[i * d + j]`` = :math:`\\theta_{ij}` (:class:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian`'s layout); the chains keep them as
 ``[d, d]`` matrices inside.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,7 +71,22 @@ from tqdm import tqdm
 from gflownet_measure.bayesnets.dags import valid_edges
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["MOVES", "MCMCSamples", "StructureProposal", "legal_moves", "propose_structure", "ChainState", "Target", "init", "mc3_step", "random_walk_step", "gibbs_step", "sample_chains", "mh_mc3", "gibbs_mc3"]
+__all__ = [
+    "MOVES",
+    "MCMCSamples",
+    "StructureProposal",
+    "legal_moves",
+    "propose_structure",
+    "ChainState",
+    "Target",
+    "init",
+    "mc3_step",
+    "random_walk_step",
+    "gibbs_step",
+    "sample_chains",
+    "mh_mc3",
+    "gibbs_mc3",
+]
 
 MOVES = ("add", "remove", "reverse")
 
@@ -170,7 +186,7 @@ def _legal_np(adj: np.ndarray, max_parents: int | None = None) -> np.ndarray:
     return np.stack([add, adj, reverse])
 
 
-def _log_q(w: float, s: float) -> float:
+def _log_q(w: np.ndarray, s: float) -> np.ndarray:
     """:math:`\\log \\mathcal N(w; 0, s^2)`."""
     return -0.5 * (w / s) ** 2 - math.log(s) - 0.5 * LOG_2PI
 
@@ -199,7 +215,15 @@ def _linear_active(adj: np.ndarray) -> np.ndarray:
     return adj.reshape(len(adj), -1)
 
 
-def _propose(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: np.ndarray, z: np.ndarray, table: _MoveTable, active=_linear_active):
+def _propose(
+    adj: np.ndarray,
+    theta: np.ndarray,
+    s: float,
+    u_pick: np.ndarray,
+    z: np.ndarray,
+    table: _MoveTable,
+    active: Callable[[np.ndarray], np.ndarray] = _linear_active,
+):
     """:func:`_propose_one` on every graph of ``adj [B, d, d]``, with reversible-jump parameters for flat ``theta [B, P]``:
     the coordinates that become active take :math:`u = s z` (``z [B, P]`` standard normal), those that become inactive
     are dropped (set to 0), the others kept. ``active``: ``adj [B, d, d] -> [B, P]`` bool (the model's :math:`\\Theta_G`).
@@ -216,7 +240,9 @@ def _propose(adj: np.ndarray, theta: np.ndarray, s: float, u_pick: np.ndarray, z
     return new_adj, new_theta, kind, np.stack([i, j], -1), n, n_new, log_h
 
 
-def propose_structure(adj: Tensor, theta: Tensor, jump_std: float = 1.0, generator: torch.Generator | None = None, max_parents: int | None = None) -> StructureProposal:
+def propose_structure(
+    adj: Tensor, theta: Tensor, jump_std: float = 1.0, generator: torch.Generator | None = None, max_parents: int | None = None
+) -> StructureProposal:
     """A uniform legal MC3 move on each graph, with reversible-jump weights :math:`u \\sim \\mathcal N(0,` ``jump_std`` :math:`^2)`.
 
     Args:
@@ -323,7 +349,7 @@ def mc3_step(state: ChainState, target: Target, rng: np.random.Generator, table:
     """One reversible-jump MC3 structure move per chain (module docstring, 1.), accepted with
     :math:`\\log \\alpha = \\log R(G', \\theta') - \\log R(G, \\theta) + \\log h`; a NaN ratio is rejected.
     Returns the new state and the accepted chains ``[C]``."""
-    C, P = state.theta.shape
+    C, P = (int(n) for n in state.theta.shape)
     p_adj, p_theta, *_, log_h = _propose(state.adj, state.theta, jump_std, rng.random(C), rng.standard_normal((C, P)), table, target.active)
     proposal = ChainState(p_adj, p_theta, target.log_R(p_adj, p_theta))
     ok = np.log(rng.random(C)) < proposal.log_R - state.log_R + log_h
@@ -387,7 +413,19 @@ def sample_chains(fn: str, kernel: Kernel, state: ChainState, n_samples: int, bu
     return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, thetas.shape[-1])), acceptance, time.perf_counter() - t0)
 
 
-def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, theta_step: float = 0.05, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
+def mh_mc3(
+    model,
+    n_samples: int = 1000,
+    burn_in: int = 1000,
+    thin: int = 10,
+    n_chains: int = 4,
+    seed: int = 0,
+    *,
+    jump_std: float = 1.0,
+    theta_step: float = 0.05,
+    progress: bool = False,
+    max_parents: int | None = None,
+) -> MCMCSamples:
     """MH-MC3 with joint :math:`\\theta` moves on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)` (Deleu et al. 2023, Table D.1).
 
     Per step and chain: one reversible-jump MC3 structure move (module docstring), accepted with
@@ -423,7 +461,18 @@ def mh_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_
     return sample_chains("mh_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)
 
 
-def gibbs_mc3(model, n_samples: int = 1000, burn_in: int = 1000, thin: int = 10, n_chains: int = 4, seed: int = 0, *, jump_std: float = 1.0, progress: bool = False, max_parents: int | None = None) -> MCMCSamples:
+def gibbs_mc3(
+    model,
+    n_samples: int = 1000,
+    burn_in: int = 1000,
+    thin: int = 10,
+    n_chains: int = 4,
+    seed: int = 0,
+    *,
+    jump_std: float = 1.0,
+    progress: bool = False,
+    max_parents: int | None = None,
+) -> MCMCSamples:
     """Gibbs-MC3 on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)`: an MC3 move on G given :math:`\\theta`, then :math:`\\theta \\sim P(\\theta | G, D)` (Deleu et al. 2023, Table D.1).
 
     The structure move is that of :func:`mh_mc3` (the same reversible-jump Hastings ratio, the weights of

@@ -19,6 +19,7 @@ Its density is approximated, as in BCD Nets, by the Gibbs distribution with the 
 where the paper approximates the permanent by the Bethe permanent; here it is exact, a log-sum-exp over the
 :math:`d!` permutations, so ``d`` is at most :data:`MAX_PERMUTATION_D` (5,040 permutations at ``d = 7``).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -39,7 +40,9 @@ SINKHORN_SWEEPS = 10
 def all_permutations(d: int) -> Tensor:
     """``[d!, d]`` long: row ``k`` is the ``k``-th permutation :math:`\\sigma` of ``0..d-1`` in lexicographic order (node :math:`\\sigma(a)` at position ``a``)."""
     if not 1 <= d <= MAX_PERMUTATION_D:
-        raise ValueError(f"all_permutations: d must be in 1..{MAX_PERMUTATION_D} (the permanent is enumerated; the paper's Bethe approximation for larger d is not implemented); got {d}")
+        raise ValueError(
+            f"all_permutations: d must be in 1..{MAX_PERMUTATION_D} (the permanent is enumerated; the paper's Bethe approximation for larger d is not implemented); got {d}"
+        )
     return torch.tensor(list(itertools.permutations(range(d))), dtype=torch.long)
 
 

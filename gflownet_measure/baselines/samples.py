@@ -1,4 +1,5 @@
 """The output of the structure-learning baselines (:mod:`.bootstrap`, :mod:`.dibs`)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -41,6 +41,7 @@ probability and :math:`a^* = 0.574` (MALA, Roberts & Rosenthal 1998) or :math:`0
 given the past and the estimator stays consistent (Beskos, Jasra, Kantas & Thiery 2016); since
 :math:`\\varepsilon` depends on the population, exact unbiasedness of :math:`\\hat Z` needs ``adapt=False``.
 """
+
 from __future__ import annotations
 
 import math
@@ -179,7 +180,9 @@ def annealed_smc(
         log_W = log_W + (b - b_prev) * (lt - _log_ref(x, s))
         inc = float(torch.logsumexp(log_W, 0))
         if not math.isfinite(inc):
-            raise RuntimeError(f"annealed_smc: total weight is {inc} at b = {b:.4g} (no particle in the target's support, or log_target = +inf); raise n_particles or ref_std")
+            raise RuntimeError(
+                f"annealed_smc: total weight is {inc} at b = {b:.4g} (no particle in the target's support, or log_target = +inf); raise n_particles or ref_std"
+            )
         log_Z += inc
         log_W = log_W - inc
         if ess_threshold > 0 and math.exp(-float(torch.logsumexp(2 * log_W, 0))) < ess_threshold * n:  # ESS = 1 / sum W^2
@@ -216,7 +219,9 @@ class MALAResult:
     acceptance: float
 
 
-def mala_chain(log_target: Callable[[Tensor], Tensor], x: Tensor, n_moves: int, step_size: float, adapt: bool = True, generator: torch.Generator | None = None) -> MALAResult:
+def mala_chain(
+    log_target: Callable[[Tensor], Tensor], x: Tensor, n_moves: int, step_size: float, adapt: bool = True, generator: torch.Generator | None = None
+) -> MALAResult:
     """``n_moves`` MALA moves (the module docstring's, at :math:`b = 1`) from the states ``x [N, dim]``, each leaving
     :math:`e^{\\log \\tilde p} / Z` invariant: the local search of Sendera et al. 2024 (gfn-diffusion's ``langevin.py``,
     whose ``ld_step`` is :math:`\\varepsilon^2 / 2`). With ``adapt``, :math:`\\varepsilon \\leftarrow \\varepsilon

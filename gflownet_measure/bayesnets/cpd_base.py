@@ -19,6 +19,7 @@ bool, a row :math:`n` that sets node :math:`j` from outside drops node :math:`j`
 the interventional likelihood (the intervened values are conditioned on, not modelled). A model that supports it
 sets ``interventional = True`` and sums its per-entry terms with :meth:`CPDModel._observed_sum`.
 """
+
 from __future__ import annotations
 
 import abc

@@ -21,11 +21,13 @@ node ``j``'s block laid out ``[W1 (H x dF, row-major) | b1 (H) | W2 (O x H, row-
 ``W1`` in the order ``i * F + f``. The masked columns are the inactive coordinates; ``b1``, ``W2``, ``b2`` are always
 active (as the ``mlp_gauss`` model of the public JSP-GFN code).
 """
+
 from __future__ import annotations
 
 import abc
 import inspect
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -151,7 +153,13 @@ class MaskedMLP(CPDModel):
         extra = self._extra_fisher(n["out"], n["x"], theta)  # [..., M, d, extra]
         w = n["observed"][..., None]
         fisher, extra, q = fisher * w, extra * w, quad * (n["pre"] > 0) * w
-        parts = [torch.einsum("...mjh,mf->...jhf", q, n["e"].square()).flatten(-2), q.sum(-3), torch.einsum("...mjo,...mjh->...joh", fisher, n["act"].square()).flatten(-2), fisher.sum(-3), extra.sum(-3)]
+        parts = [
+            torch.einsum("...mjh,mf->...jhf", q, n["e"].square()).flatten(-2),
+            q.sum(-3),
+            torch.einsum("...mjo,...mjh->...joh", fisher, n["act"].square()).flatten(-2),
+            fisher.sum(-3),
+            extra.sum(-3),
+        ]
         return torch.cat(parts, -1).flatten(-2) * n["scale"]
 
     def log_reward_hvp(self, adj: Tensor, theta: Tensor, v: Tensor, rows: Tensor | None = None) -> Tensor:
@@ -172,11 +180,21 @@ class MaskedMLP(CPDModel):
         v1, vb1, v2, vb2, vx = V.split([H * e.shape[-1], H, O * H, O, self.extra], -1)
         gate = (n["pre"] > 0).double()
         d_pre = (torch.einsum("...jhf,mf->...mjh", v1.unflatten(-1, (H, e.shape[-1])), e) + vb1[..., None, :, :]) * gate
-        d_out = torch.einsum("...mjh,...joh->...mjo", d_pre, n["W2"]) + torch.einsum("...mjh,...joh->...mjo", n["act"], v2.unflatten(-1, (O, H))) + vb2[..., None, :, :]
+        d_out = (
+            torch.einsum("...mjh,...joh->...mjo", d_pre, n["W2"])
+            + torch.einsum("...mjh,...joh->...mjo", n["act"], v2.unflatten(-1, (O, H)))
+            + vb2[..., None, :, :]
+        )
         u = self._fisher_product(n["out"], n["x"], theta, d_out) * n["observed"][..., None]  # [..., M, d, O]
         r = torch.einsum("...mjo,...joh->...mjh", u, n["W2"]) * gate
         extra = self._extra_fisher(n["out"], n["x"], theta)
-        parts = [torch.einsum("...mjh,mf->...jhf", r, e).flatten(-2), r.sum(-3), torch.einsum("...mjo,...mjh->...joh", u, n["act"]).flatten(-2), u.sum(-3), (extra * n["observed"][..., None]).sum(-3) * vx]
+        parts = [
+            torch.einsum("...mjh,mf->...jhf", r, e).flatten(-2),
+            r.sum(-3),
+            torch.einsum("...mjo,...mjh->...joh", u, n["act"]).flatten(-2),
+            u.sum(-3),
+            (extra * n["observed"][..., None]).sum(-3) * vx,
+        ]
         lik = torch.cat(parts, -1).flatten(-2) * n["scale"]
         return torch.where(on, lik + V.flatten(-2) / self.prior_var, 0.0)
 
@@ -213,7 +231,16 @@ class MLPGaussian(MaskedMLP):
 
     kind = "continuous"
 
-    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 5, interventions: Tensor | None = None):
+    def __init__(
+        self,
+        data: Tensor,
+        obs_var: float = 0.01,
+        prior_var: float = 1.0,
+        graph_prior: str = "uniform",
+        edges_per_node: float = 1.0,
+        hidden: int = 5,
+        interventions: Tensor | None = None,
+    ):
         check_variance("MLPGaussian", "obs_var", obs_var)
         super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         self.obs_var = float(obs_var)
@@ -262,12 +289,23 @@ class CategoricalMLP(MaskedMLP):
 
     kind = "categorical"
 
-    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, n_states: int | None = None, interventions: Tensor | None = None):
+    def __init__(
+        self,
+        data: Tensor,
+        prior_var: float = 1.0,
+        graph_prior: str = "uniform",
+        edges_per_node: float = 1.0,
+        hidden: int = 16,
+        n_states: int | None = None,
+        interventions: Tensor | None = None,
+    ):
         super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         bad = (self.data != self.data.round()) | (self.data < 0)
         if bad.any():
             n, j = bad.nonzero()[0].tolist()
-            raise ValueError(f"CategoricalMLP: data must be integer states 0, 1, ..., K - 1; got {float(self.data[n, j])!r} at row {n}, column {j} (use a continuous model for real-valued data)")
+            raise ValueError(
+                f"CategoricalMLP: data must be integer states 0, 1, ..., K - 1; got {float(self.data[n, j])!r} at row {n}, column {j} (use a continuous model for real-valued data)"
+            )
         largest = int(self.data.max())
         if n_states is None:
             n_states = max(2, largest + 1)
@@ -324,7 +362,15 @@ class ZeroInflatedMLP(MaskedMLP):
 
     kind = "continuous"
 
-    def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, hidden: int = 16, interventions: Tensor | None = None):
+    def __init__(
+        self,
+        data: Tensor,
+        prior_var: float = 1.0,
+        graph_prior: str = "uniform",
+        edges_per_node: float = 1.0,
+        hidden: int = 16,
+        interventions: Tensor | None = None,
+    ):
         super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         self._layout(hidden, 1, 1, extra=2)
 
@@ -370,7 +416,16 @@ CPD_MODELS: dict[str, type[CPDModel]] = {"lingauss": LinearGaussian, "mlp": MLPG
 _SHARED_ARGUMENTS = ("data", "obs_var", "prior_var", "graph_prior", "edges_per_node", "interventions")  # of make_model, not a model's own options
 
 
-def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None, **kw) -> CPDModel:
+def make_model(
+    name: str,
+    data: Tensor,
+    obs_var: float = 0.01,
+    prior_var: float = 1.0,
+    graph_prior: str = "uniform",
+    edges_per_node: float = 1.0,
+    interventions: Tensor | None = None,
+    **kw,
+) -> CPDModel:
     """The model ``CPD_MODELS[name]`` on ``data [N, d]``; ``kw`` are that model's own options (``hidden``, ``n_states``).
 
     ``obs_var`` goes to the models with a fixed noise variance only (a categorical CPD has none, a zero-inflated one
@@ -385,12 +440,14 @@ def make_model(name: str, data: Tensor, obs_var: float = 0.01, prior_var: float 
     unknown = sorted(set(kw) - set(own))
     if unknown:
         raise ValueError(f"make_model: {name!r} takes no option {unknown}; its options: {own}")
-    noise = {"obs_var": obs_var} if "obs_var" in inspect.signature(cls).parameters else {}
+    noise: dict[str, Any] = {"obs_var": obs_var} if "obs_var" in inspect.signature(cls).parameters else {}
     device = torch.get_default_device()  # data read or simulated on the CPU go where the run computes (--device)
     data = data.to(device)
     if interventions is not None:
         interventions = interventions.to(device)
         if not cls.interventional:
-            raise ValueError(f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}")
+            raise ValueError(
+                f"make_model: model {name!r} takes no interventions; perfect interventions are implemented for {tuple(k for k, c in CPD_MODELS.items() if c.interventional)}"
+            )
         kw["interventions"] = interventions
     return cls(data, prior_var=prior_var, graph_prior=graph_prior, edges_per_node=edges_per_node, **noise, **kw)

@@ -12,6 +12,7 @@ directed path :math:`i \\leadsto j`, reflexive. All functions are pure and batch
 - Features are the posterior marginals JSP-GFN compares (Deleu et al. 2023, section 5.1): edges
   :math:`i \\to j`, paths :math:`i \\leadsto j` (:math:`i \\neq j`) and Markov-blanket membership.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -9,6 +9,7 @@ all DAGs are enumerated and scored in closed form,
 so :math:`\\log Z` is also the log-partition function of the GFlowNet reward. Only ``d * 2^(d-1)`` local scores
 are distinct (80 for ``d = 5``), so building the posterior over the 29,281 DAGs of ``d = 5`` takes well under a second.
 """
+
 from __future__ import annotations
 
 import torch

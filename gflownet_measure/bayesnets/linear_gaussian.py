@@ -21,6 +21,7 @@ integrate out in closed form (JSP-GFN eq. D.24; docs/references.md, 'Exact poste
 (Woodbury and the determinant lemma in the ``k``-dimensional space). Only the Gram matrix
 :math:`X^\\top X` enters, so every local term costs :math:`O(k^3)`; they are cached per (node, parent set).
 """
+
 from __future__ import annotations
 
 import math
@@ -66,7 +67,15 @@ class LinearGaussian(CPDModel):
     kind = "continuous"
     interventional = True
 
-    def __init__(self, data: Tensor, obs_var: float = 0.01, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None):
+    def __init__(
+        self,
+        data: Tensor,
+        obs_var: float = 0.01,
+        prior_var: float = 1.0,
+        graph_prior: str = "uniform",
+        edges_per_node: float = 1.0,
+        interventions: Tensor | None = None,
+    ):
         check_variance("LinearGaussian", "obs_var", obs_var)
         super().__init__(data, prior_var, graph_prior, edges_per_node, interventions)
         self.obs_var = float(obs_var)
@@ -80,7 +89,9 @@ class LinearGaussian(CPDModel):
         ``[d, d, d]`` and ``[d]`` float64 (every node the same :math:`X^\\top X` and ``M`` for observational data)."""
         if self.interventions is None:
             return (x.T @ x).expand(self.d, self.d, self.d), torch.full((self.d,), float(len(x)), dtype=torch.float64)
-        observed = ~self._intervened(rows)  # [M, d]
+        intervened = self._intervened(rows)
+        assert intervened is not None  # the model has interventions
+        observed = ~intervened  # [M, d]
         w = observed.to(x.dtype)
         return torch.einsum("nj,ni,nk->jik", w, x, x), w.sum(0)
 
@@ -179,7 +190,13 @@ class LinearGaussian(CPDModel):
         mean = torch.cholesky_solve(b[..., None], chol)[..., 0]
         log_det_v = -2.0 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1)
         k = parents.sum(-1, dtype=torch.float64)  # (a long times a float would be float32)
-        log_marginal = -0.5 * (self.counts[nodes] * (LOG_2PI + math.log(self.obs_var)) + k * math.log(self.prior_var) - log_det_v + gram[rows, nodes, nodes] / self.obs_var - (b * mean).sum(-1))
+        log_marginal = -0.5 * (
+            self.counts[nodes] * (LOG_2PI + math.log(self.obs_var))
+            + k * math.log(self.prior_var)
+            - log_det_v
+            + gram[rows, nodes, nodes] / self.obs_var
+            - (b * mean).sum(-1)
+        )
         return log_marginal, mean, chol, log_det_v, parents
 
     def _local(self, node: int, code: int) -> _Local:
@@ -188,10 +205,10 @@ class LinearGaussian(CPDModel):
         if key not in self._cache:
             log_marginal, mean, chol, log_det_v, on = (v[0] for v in self._closed_forms(torch.tensor([node]), torch.tensor([code])))
             parents = on.nonzero()[:, 0]
-            chol, log_det_v = chol[parents][:, parents], float(log_det_v)
+            chol, log_det = chol[parents][:, parents], float(log_det_v)
             prec_diag = 1.0 / self.prior_var + self.grams[node].diagonal()[parents] / self.obs_var  # (V^{-1})_ii
-            entropy = 0.5 * (len(parents) * (LOG_2PI + 1.0) + log_det_v)
-            gap = 0.5 * (float(prec_diag.log().sum()) + log_det_v)
+            entropy = 0.5 * (len(parents) * (LOG_2PI + 1.0) + log_det)
+            gap = 0.5 * (float(prec_diag.log().sum()) + log_det)
             self._cache[key] = _Local(parents, float(log_marginal), mean[parents], torch.cholesky_inverse(chol), chol, entropy, gap)
         return self._cache[key]
 

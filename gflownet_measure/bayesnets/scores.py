@@ -104,7 +104,9 @@ def bdeu_local_scores(data: Tensor, n_states: int, interventions: Tensor | None 
             a_k = ess / r ** len(parents)
             a_ks = a_k / r
             n_ks, n_k = n_ks.to(torch.float64), n_k.to(torch.float64)
-            out[m] = (torch.lgamma(n_ks + a_ks) - torch.lgamma(torch.tensor(a_ks, dtype=torch.float64))).sum() + (torch.lgamma(torch.tensor(a_k, dtype=torch.float64)) - torch.lgamma(n_k + a_k)).sum()
+            out[m] = (torch.lgamma(n_ks + a_ks) - torch.lgamma(torch.tensor(a_ks, dtype=torch.float64))).sum() + (
+                torch.lgamma(torch.tensor(a_k, dtype=torch.float64)) - torch.lgamma(n_k + a_k)
+            ).sum()
         return out
 
     return score

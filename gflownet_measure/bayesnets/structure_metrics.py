@@ -15,6 +15,7 @@ Every comparison runs over the :math:`d(d-1)` ordered pairs :math:`i \\ne j`: bo
 1) on the diagonal for every posterior, so the diagonal would only add agreeing points that shrink the
 RMSE and pull Pearson r toward 1.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ of the DAGs on ``m`` labelled nodes with exactly ``k`` sources (Robinson 1973, w
 :math:`Z_x(d) = \\sum_k a_x(d, k)`. :func:`draw_weighted_dags` draws the layer sizes from these terms, the node labels
 by a uniform permutation, and the edges given the layers, so that :math:`P(G) = x^{|E(G)|} / Z_x(d)` exactly.
 """
+
 from __future__ import annotations
 
 import functools

@@ -7,6 +7,7 @@ file may instead be a 0/1 matrix with one column per node, headed by the data's 
 ``[N, d]`` bool mask: row ``n`` intervenes on node ``j``, so the CPD term of node ``j`` is dropped from row ``n``'s
 likelihood (:class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`). Every problem is a one-line ``ValueError`` naming the file, row and value.
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,11 +34,15 @@ def parse_targets(cells: list[str], names: list[str], where: str) -> Tensor:
             continue
         for target in (t.strip() for t in cell.split(";")):
             if target not in index:
-                raise ValueError(f"interventions: unknown target {target!r} at data row {r + 1} of {where}; targets are the data's column names {names}, separated by ';', or empty / none for an observational row")
+                raise ValueError(
+                    f"interventions: unknown target {target!r} at data row {r + 1} of {where}; targets are the data's column names {names}, separated by ';', or empty / none for an observational row"
+                )
             mask[r, index[target]] = True
     if mask.all(0).any():
         j = int(mask.all(0).nonzero()[0])
-        raise ValueError(f"interventions: every row of {where} intervenes on {names[j]!r}, so nothing is learned about its CPD; keep some rows without that intervention")
+        raise ValueError(
+            f"interventions: every row of {where} intervenes on {names[j]!r}, so nothing is learned about its CPD; keep some rows without that intervention"
+        )
     return mask
 
 

@@ -8,6 +8,7 @@ only has a consensus graph (Deleu et al. 2023, section 5.3). pgmpy reads the BIF
 
 States are coded ``0 .. k-1`` in the order the BIF file lists them; variables keep pgmpy's node order.
 """
+
 from __future__ import annotations
 
 import gzip

@@ -14,6 +14,7 @@ a perfect intervention on that protein (:data:`CONDITIONS`). Conditions 1 and 2 
 Discretisation (:func:`discretise`): per protein, the tertiles of the *training* rows (the cut points at its 1/3 and
 2/3 quantiles; as Eaton & Murphy 2007 discretise into low / medium / high), applied unchanged to the held-out rows.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,7 +26,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["PROTEINS", "BLOCK_SIZES", "CONDITIONS", "Condition", "load_raw", "consensus_graph", "block_of_rows", "boundary_jumps", "discretise", "intervention_mask", "SachsSplit", "sachs_split", "parse_conditions"]
+__all__ = [
+    "PROTEINS",
+    "BLOCK_SIZES",
+    "CONDITIONS",
+    "Condition",
+    "load_raw",
+    "consensus_graph",
+    "block_of_rows",
+    "boundary_jumps",
+    "discretise",
+    "intervention_mask",
+    "SachsSplit",
+    "sachs_split",
+    "parse_conditions",
+]
 
 PROTEINS = ("praf", "pmek", "plcg", "PIP2", "PIP3", "p44/42", "pakts473", "PKA", "PKC", "P38", "pjnk")
 """The 11 columns, in the file's order."""
@@ -58,7 +73,7 @@ CONDITIONS = (
 
 
 def _resource(name: str):
-    return resources.files("gflownet_measure.bayesnets.datasets").joinpath("data", name)
+    return resources.files("gflownet_measure.bayesnets.datasets").joinpath("data").joinpath(name)
 
 
 def load_raw() -> np.ndarray:
@@ -111,7 +126,9 @@ def discretise(train: np.ndarray, other: np.ndarray | None = None, n_states: int
         counts = np.bincount(states[:, j], minlength=n_states)
         if (counts == 0).any():
             name = names[j] if names is not None else j
-            raise ValueError(f"discretise: column {name!r} leaves state {int(np.flatnonzero(counts == 0)[0])} of {n_states} empty (too few distinct values for {n_states} quantile bins); lower the number of states or drop the column")
+            raise ValueError(
+                f"discretise: column {name!r} leaves state {int(np.flatnonzero(counts == 0)[0])} of {n_states} empty (too few distinct values for {n_states} quantile bins); lower the number of states or drop the column"
+            )
     return states, None if other is None else bins(other), cuts
 
 
@@ -168,4 +185,6 @@ def sachs_split(heldout: str = "u0126,ly294002", rows_per_condition: int = 600, 
     train_rows = np.concatenate([keep[k] for k in range(len(CONDITIONS)) if k not in held])
     held_rows = np.concatenate([keep[k] for k in held])
     train, other, cuts = discretise(raw[train_rows], raw[held_rows], n_states, PROTEINS)
-    return SachsSplit(torch.from_numpy(train), intervention_mask(blocks[train_rows]), torch.from_numpy(other), intervention_mask(blocks[held_rows]), PROTEINS, cuts)
+    return SachsSplit(
+        torch.from_numpy(train), intervention_mask(blocks[train_rows]), torch.from_numpy(other), intervention_mask(blocks[held_rows]), PROTEINS, cuts
+    )

@@ -4,6 +4,7 @@ Every simulator draws :math:`G \\sim \\mathrm{ER}(p)` (:func:`random_er_dag`), t
 :math:`\\Theta_G` and the rows by ancestral sampling, deterministically given ``seed``; it returns :class:`SimulatedData`
 (train and held-out rows, the graph and the parameters in the model's layout; docs/references.md, 'Simulated data').
 """
+
 from __future__ import annotations
 
 import math
@@ -79,8 +80,8 @@ def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_
     check_simulation("simulate_mlp", d, edges_per_node, n_train, n_valid, obs_std)
     check_hidden("simulate_mlp", hidden)
     rng = np.random.default_rng(seed)
-    adj, order = random_er_dag(d, edges_per_node, rng)
-    adj = torch.from_numpy(adj)
+    adj_np, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj_np)
     block = (d + 2) * hidden + 1
     theta = torch.where(mlp_active(adj, hidden, 1, 1), torch.from_numpy(rng.normal(size=d * block)), 0.0)
     noise = torch.from_numpy(rng.normal(scale=obs_std, size=(n_train + n_valid, d)))
@@ -90,7 +91,9 @@ def simulate_mlp(d: int, edges_per_node: float, n_train: int, n_valid: int, obs_
     return SimulatedData(adj, theta, x[:n_train], x[n_train:], [f"x{i}" for i in range(d)])
 
 
-def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha: float = 0.3, obs_std: float = 0.1, seed: int = 0, hidden: int = 16) -> SimulatedData:
+def simulate_zi(
+    d: int, edges_per_node: float, n_train: int, n_valid: int, alpha: float = 0.3, obs_std: float = 0.1, seed: int = 0, hidden: int = 16
+) -> SimulatedData:
     """Zero-inflated data with a known graph: :math:`G` and the network parameters as :func:`simulate_mlp` (:math:`\\mathcal N(0, 1)`
     on :math:`\\Theta_G`), :math:`\\alpha_j` = ``alpha`` and :math:`\\sigma_j` = ``obs_std`` for every node, and ancestral
     sampling :math:`x_j = 0` with probability :math:`\\alpha_j`, else :math:`\\mathrm{MLP}_j(x) + \\sigma_j \\varepsilon`.
@@ -103,8 +106,8 @@ def simulate_zi(d: int, edges_per_node: float, n_train: int, n_valid: int, alpha
     if not 0 <= alpha < 1:
         raise ValueError(f"simulate_zi: alpha must be in [0, 1); got {alpha!r}")
     rng = np.random.default_rng(seed)
-    adj, order = random_er_dag(d, edges_per_node, rng)
-    adj = torch.from_numpy(adj)
+    adj_np, order = random_er_dag(d, edges_per_node, rng)
+    adj = torch.from_numpy(adj_np)
     net = (d + 2) * hidden + 1
     theta = torch.where(mlp_active(adj, hidden, 1, 1, 2), torch.from_numpy(rng.normal(size=d * (net + 2))), 0.0).view(d, net + 2)
     theta[:, net] = math.log(alpha / (1 - alpha)) if alpha > 0 else -30.0

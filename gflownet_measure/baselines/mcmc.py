@@ -332,6 +332,11 @@ class Target:
         with torch.no_grad():
             return self.model.log_reward(_on(self.model, adj), _on(self.model, theta)).double().cpu().numpy()
 
+    def log_R_and_grad(self, adj: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``([C], [C, P])`` float64: :math:`\\log R` and its gradient in :math:`\\theta` (``model.log_reward_and_grad``; 0 off :math:`\\Theta_G`)."""
+        value, grad = self.model.log_reward_and_grad(_on(self.model, adj), _on(self.model, theta))
+        return value.cpu().numpy(), grad.cpu().numpy()
+
 
 def init(target: Target, n_chains: int) -> ChainState:
     """Every chain at the empty graph with zero weights."""
@@ -364,6 +369,34 @@ def random_walk_step(state: ChainState, target: Target, rng: np.random.Generator
     proposal = ChainState(state.adj, walk, target.log_R(state.adj, walk))
     ok = np.log(rng.random(len(walk))) < proposal.log_R - state.log_R
     return _select(ok, proposal, state), ok
+
+
+def mala_step(state: ChainState, target: Target, rng: np.random.Generator, step: np.ndarray) -> tuple[ChainState, np.ndarray]:
+    """One Metropolis-adjusted Langevin move of the active weights of every chain (Roberts & Tweedie 1996), step
+    :math:`\\epsilon_c` = ``step [C]``: with :math:`g(\\theta) = \\nabla_\\theta \\log R(G, \\theta)` on :math:`\\Theta_G`,
+
+    .. math:: \\theta' = \\theta + \\tfrac{\\epsilon^2}{2} g(\\theta) + \\epsilon \\xi, \\quad
+              \\log \\alpha = \\log R(G, \\theta') - \\log R(G, \\theta) + \\log q(\\theta \\mid \\theta') - \\log q(\\theta' \\mid \\theta),
+
+    :math:`\\log q(y \\mid x) = -\\lVert y - x - \\tfrac{\\epsilon^2}{2} g(x) \\rVert^2 / (2 \\epsilon^2)` + const, with
+    :math:`\\xi \\sim \\mathcal N(0, I)` on the active coordinates only. For any fixed steps it leaves
+    :math:`\\pi(\\theta \\mid G)` invariant; a NaN ratio is rejected. Returns the new state and the accepted chains ``[C]``."""
+    mask = target.active(state.adj)
+    half = 0.5 * step[:, None] ** 2  # eps^2 / 2, [C, 1]
+    log_R, grad = target.log_R_and_grad(state.adj, state.theta)
+    proposal = state.theta + mask * (half * grad + step[:, None] * rng.standard_normal(state.theta.shape))
+    log_R_new, grad_new = target.log_R_and_grad(state.adj, proposal)
+    forward = ((proposal - state.theta - half * grad) ** 2).sum(-1) / (4 * half[:, 0])
+    backward = ((state.theta - proposal - half * grad_new) ** 2).sum(-1) / (4 * half[:, 0])
+    ok = np.log(rng.random(len(proposal))) < log_R_new - log_R + forward - backward
+    return _select(ok, ChainState(state.adj, proposal, log_R_new), state._replace(log_R=log_R)), ok
+
+
+def adapt_step(step: np.ndarray, ok: np.ndarray, moved: np.ndarray, t: int, target_rate: float = 0.574) -> np.ndarray:
+    """Robbins-Monro on :math:`\\log \\epsilon_c`: :math:`+ (t + 1)^{-0.6} (\\mathbb 1[\\text{accepted}] - 0.574)` for the
+    chains with active weights (``moved``), towards MALA's optimal acceptance rate (Roberts & Rosenthal 1998). Used
+    during the burn-in only, so the kept states come from a fixed kernel."""
+    return step * np.exp(np.where(moved, (ok - target_rate) / (t + 1) ** 0.6, 0.0))
 
 
 def gibbs_step(state: ChainState, target: Target, rng: np.random.Generator, draws: _GibbsDraws) -> ChainState:
@@ -461,6 +494,11 @@ def mh_mc3(
     return sample_chains("mh_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)
 
 
+THETA_UPDATES = ("auto", "exact", "mala")
+"""The weight update of :func:`gibbs_mc3`: ``exact`` conjugate draws (linear-Gaussian models), ``mala`` moves (any
+differentiable model), ``auto``: exact where the model has ``theta_posterior``, MALA elsewhere."""
+
+
 def gibbs_mc3(
     model,
     n_samples: int = 1000,
@@ -470,27 +508,62 @@ def gibbs_mc3(
     seed: int = 0,
     *,
     jump_std: float = 1.0,
+    theta_update: str = "auto",
+    theta_step: float = 0.05,
+    theta_moves: int = 1,
     progress: bool = False,
     max_parents: int | None = None,
 ) -> MCMCSamples:
-    """Gibbs-MC3 on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)`: an MC3 move on G given :math:`\\theta`, then :math:`\\theta \\sim P(\\theta | G, D)` (Deleu et al. 2023, Table D.1).
+    """Gibbs-MC3 on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)`: an MC3 move on G given :math:`\\theta`, then a
+    :math:`\\theta` update given G (Deleu et al. 2023, Table D.1 and section 5.2).
 
     The structure move is that of :func:`mh_mc3` (the same reversible-jump Hastings ratio, the weights of
-    the untouched edges held fixed); the weight update is the exact conjugate draw from ``model.theta_posterior``
-    (its means and covariances, cached per graph).
+    the untouched edges held fixed). The weight update, by ``theta_update``: ``exact``, the conjugate draw
+    :math:`\\theta \\sim P(\\theta | G, D)` from ``model.theta_posterior`` (means and covariances cached per graph);
+    ``mala``, for CPDs with no closed form (MLP, categorical, zero-inflated; section 5.2 runs Gibbs-MC3 on MLP CPDs),
+    ``theta_moves`` Metropolis-adjusted Langevin moves on :math:`\\theta \\mid G` (:func:`mala_step`, a
+    Metropolis-within-Gibbs update), each chain's step started at ``theta_step`` and adapted during the burn-in
+    (:func:`adapt_step`), then fixed; ``auto``: ``exact`` when the model has ``theta_posterior``, else ``mala``.
 
     Args:
-        model: a ``LinearGaussian`` (``d``, ``log_reward`` and ``theta_posterior(adj)``).
+        model: a CPD model; ``theta_update="exact"`` needs ``theta_posterior(adj)`` (``LinearGaussian``).
         n_samples, burn_in, thin, n_chains, seed, jump_std, progress, max_parents: as in :func:`mh_mc3`.
+        theta_update: one of :data:`THETA_UPDATES`.
+        theta_step, theta_moves: MALA's initial step and moves per step (``mala`` only).
 
     Returns:
-        :class:`MCMCSamples`; each kept ``theta`` is an exact posterior draw given its graph.
+        :class:`MCMCSamples`; with ``exact``, each kept ``theta`` is an exact posterior draw given its graph.
     """
-    _check("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, 1.0)
-    target, table, draws = Target(model), _MoveTable(model.d, max_parents), _GibbsDraws(model)
+    _check("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, theta_step)
+    if theta_update not in THETA_UPDATES:
+        raise ValueError(f"gibbs_mc3: theta_update must be one of {THETA_UPDATES}, got {theta_update!r}")
+    if int(theta_moves) != theta_moves or theta_moves < 1:
+        raise ValueError(f"gibbs_mc3: theta_moves must be an integer >= 1, got {theta_moves!r}")
+    exact = hasattr(model, "theta_posterior") if theta_update == "auto" else theta_update == "exact"
+    if exact and not hasattr(model, "theta_posterior"):
+        raise ValueError(
+            f"gibbs_mc3: theta_update='exact' needs the conjugate posterior of a linear-Gaussian model; {type(model).__name__} has none: use 'mala' or 'auto'"
+        )
+    target, table = Target(model), _MoveTable(model.d, max_parents)
+    if exact:
+        draws = _GibbsDraws(model)
 
-    def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
-        state, acc_G = mc3_step(state, target, rng, table, float(jump_std))
-        return gibbs_step(state, target, rng, draws), {"acc_G": acc_G}
+        def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
+            state, acc_G = mc3_step(state, target, rng, table, float(jump_std))
+            return gibbs_step(state, target, rng, draws), {"acc_G": acc_G}
+
+    else:
+        step, t = np.full(int(n_chains), float(theta_step)), 0  # per-chain MALA step; steps taken
+
+        def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
+            nonlocal step, t
+            state, acc_G = mc3_step(state, target, rng, table, float(jump_std))
+            moved = np.asarray(state.adj.any(axis=(1, 2)))  # chains with weights to move
+            for _ in range(int(theta_moves)):
+                state, acc_theta = mala_step(state, target, rng, step)
+                if t < burn_in:
+                    step = adapt_step(step, acc_theta, moved, t)
+            t += 1
+            return state, {"acc_G": acc_G, "acc_theta": acc_theta}
 
     return sample_chains("gibbs_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)

@@ -1,4 +1,5 @@
 """Environments built on the gflownet_measure core, registered by name for the CLI, checks and tests."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,13 +37,61 @@ class EnvironmentSpec:
 
 
 ENVIRONMENTS: dict[str, EnvironmentSpec] = {
-    "hypergrid": EnvironmentSpec("hypergrid", "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)", hypergrid.HypergridConfig, hypergrid.make_graph, hypergrid.make_policies),  # discrete: --samples is unused
-    "quarter-disc": EnvironmentSpec("quarter-disc", "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)", quarter_disc.QuarterDiscConfig, quarter_disc.make_graph, quarter_disc.make_policies, check_bytes=1.0e3),
-    "dag-params": EnvironmentSpec("dag-params", "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)", dag_params.DagParamsConfig, dag_params.make_graph, dag_params.make_policies, check_bytes=1.1e3),  # d = 3; grows with the number of DAGs
-    "torus": EnvironmentSpec("torus", "[0, 2pi)^n x {1..T}: von Mises increments, Haar reference, R6 or alanine dipeptide (Lahlou et al. 2023, 4.3)", torus.TorusConfig, torus.make_graph, torus.make_policies, check_bytes=1.3e4),  # not measured: the sde value (100 levels) as a bound for T = 10
-    "hybrid-torus": EnvironmentSpec("hybrid-torus", "the torus with a discrete choice per step (stay, or which angle to move) then a von Mises angle: atoms and Haar pieces in one kernel", torus.TorusConfig, hybrid_torus.make_graph, hybrid_torus.make_policies, check_bytes=1.3e4),  # not measured, as torus
-    "sde": EnvironmentSpec("sde", "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)", sde.SDEConfig, sde.make_graph, sde.make_policies, check_bytes=1.3e4),  # T = 100 time levels
-    "diffusion": EnvironmentSpec("diffusion", "R^n x {0..T+1}: a DDPM denoiser as P_F, the noising process (DDPM's or learned) as P_B; no reward, trained from data (Lahlou et al. 2023, 4.5)", diffusion.DiffusionConfig, diffusion.make_graph, diffusion.make_policies, check_bytes=1.3e4),  # not measured: the sde value (100 levels) as a bound for T = 50
+    "hypergrid": EnvironmentSpec(
+        "hypergrid",
+        "D-dimensional grid of side H, +1 moves or stop (Bengio et al. 2021)",
+        hypergrid.HypergridConfig,
+        hypergrid.make_graph,
+        hypergrid.make_policies,
+    ),  # discrete: --samples is unused
+    "quarter-disc": EnvironmentSpec(
+        "quarter-disc",
+        "[0,1]^2, a first move in the rho quarter disc, then arcs of radius rho or stop (Lahlou et al. 2023, 4.1)",
+        quarter_disc.QuarterDiscConfig,
+        quarter_disc.make_graph,
+        quarter_disc.make_policies,
+        check_bytes=1.0e3,
+    ),
+    "dag-params": EnvironmentSpec(
+        "dag-params",
+        "DAGs x their linear-Gaussian weights: add an edge or stop and draw theta (JSP-GFN, Deleu et al. 2023)",
+        dag_params.DagParamsConfig,
+        dag_params.make_graph,
+        dag_params.make_policies,
+        check_bytes=1.1e3,
+    ),  # d = 3; grows with the number of DAGs
+    "torus": EnvironmentSpec(
+        "torus",
+        "[0, 2pi)^n x {1..T}: von Mises increments, Haar reference, R6 or alanine dipeptide (Lahlou et al. 2023, 4.3)",
+        torus.TorusConfig,
+        torus.make_graph,
+        torus.make_policies,
+        check_bytes=1.3e4,
+    ),  # not measured: the sde value (100 levels) as a bound for T = 10
+    "hybrid-torus": EnvironmentSpec(
+        "hybrid-torus",
+        "the torus with a discrete choice per step (stay, or which angle to move) then a von Mises angle: atoms and Haar pieces in one kernel",
+        torus.TorusConfig,
+        hybrid_torus.make_graph,
+        hybrid_torus.make_policies,
+        check_bytes=1.3e4,
+    ),  # not measured, as torus
+    "sde": EnvironmentSpec(
+        "sde",
+        "R^n x {0..T}: Euler-Maruyama steps with a Brownian-bridge P_B, 9-Gaussian mixture or 10-D funnel (Lahlou et al. 2023, 4.2)",
+        sde.SDEConfig,
+        sde.make_graph,
+        sde.make_policies,
+        check_bytes=1.3e4,
+    ),  # T = 100 time levels
+    "diffusion": EnvironmentSpec(
+        "diffusion",
+        "R^n x {0..T+1}: a DDPM denoiser as P_F, the noising process (DDPM's or learned) as P_B; no reward, trained from data (Lahlou et al. 2023, 4.5)",
+        diffusion.DiffusionConfig,
+        diffusion.make_graph,
+        diffusion.make_policies,
+        check_bytes=1.3e4,
+    ),  # not measured: the sde value (100 levels) as a bound for T = 50
 }
 
 

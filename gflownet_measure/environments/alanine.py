@@ -18,6 +18,7 @@ at the grid's cell corners, the points farthest from its nodes, and reported in 
 
 OpenMM is the ``molecule`` extra (``pip install 'gflownet-measure[molecule]'``); everything else works without it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -84,7 +85,9 @@ def validate(config) -> None:
     try:
         app.ForceField(config.forcefield)
     except Exception as e:  # OpenMM raises ValueError("Could not locate file ...") or a parse error
-        raise ValueError(f"forcefield={config.forcefield!r} cannot be loaded by OpenMM ({str(e).splitlines()[0][:100]}); e.g. amber14-all.xml, amber99sbildn.xml") from None
+        raise ValueError(
+            f"forcefield={config.forcefield!r} cannot be loaded by OpenMM ({str(e).splitlines()[0][:100]}); e.g. amber14-all.xml, amber99sbildn.xml"
+        ) from None
 
 
 def dihedral(p: np.ndarray) -> np.ndarray:
@@ -209,7 +212,7 @@ def periodic_cubic(grid: Tensor, theta: Tensor) -> Tensor:
     x = theta.double() / (2 * math.pi / G) - 0.5
     i = torch.floor(x)
     f = x - i
-    w = torch.stack([(-f**3 + 2 * f**2 - f) / 2, (3 * f**3 - 5 * f**2 + 2) / 2, (-3 * f**3 + 4 * f**2 + f) / 2, (f**3 - f**2) / 2], -1)  # [B, 2, 4]
+    w = torch.stack([(-(f**3) + 2 * f**2 - f) / 2, (3 * f**3 - 5 * f**2 + 2) / 2, (-3 * f**3 + 4 * f**2 + f) / 2, (f**3 - f**2) / 2], -1)  # [B, 2, 4]
     idx = torch.remainder(i.long()[..., None] + torch.arange(-1, 3), G)  # [B, 2, 4]
     vals = grid.double()[idx[:, 0, :, None], idx[:, 1, None, :]]  # [B, 4, 4]
     return torch.einsum("bi,bj,bij->b", w[:, 0], w[:, 1], vals)
@@ -258,5 +261,6 @@ def target(config) -> TorusTarget:
         ("interpolation_jsd_at_cell_corners", grid_jsd(interpolated, exact)),
     )
     names = tuple(name for name, _, _ in BASINS)
-    return TorusTarget(f"alanine({config.forcefield}, {config.temperature:g} K{', relaxed' if config.relax else ''})", 2, log_reward, log_reward_exact, names, basin_of, info)
-
+    return TorusTarget(
+        f"alanine({config.forcefield}, {config.temperature:g} K{', relaxed' if config.relax else ''})", 2, log_reward, log_reward_exact, names, basin_of, info
+    )

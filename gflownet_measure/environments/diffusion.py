@@ -31,6 +31,7 @@ The denoiser's mean and variance are written on the fixed schedule :math:`\\bar\
 so the two policies have disjoint parameters and the DDPM baseline and the learned-:math:`P_B` model share the same
 :math:`P_F` family.
 """
+
 from __future__ import annotations
 
 import functools
@@ -58,7 +59,9 @@ class DiffusionConfig:
     beta_min: float = option(0.1, "beta(s) of the variance-preserving schedule at s = 0 (Song et al. 2021; DDPM's 1e-4 x 1000 steps)", low=0.0)
     beta_max: float = option(20.0, "beta(s) at s = 1 (DDPM's 0.02 x 1000 steps)", low=0.0)
     hidden: int = option(128, "width of the denoiser MLP", low=1)
-    learn_backward: bool = option(True, "learn the noising variances beta_t = beta_bar_t exp(phi_t) (false: the DDPM baseline, phi = 0 frozen)", choices=(True, False))
+    learn_backward: bool = option(
+        True, "learn the noising variances beta_t = beta_bar_t exp(phi_t) (false: the DDPM baseline, phi = 0 frozen)", choices=(True, False)
+    )
 
     def __post_init__(self):
         check_options(self)

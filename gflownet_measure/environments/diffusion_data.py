@@ -16,6 +16,7 @@ coordinate, so that a log-density in model units becomes one in data units by
   deviation 0.1 evenly spaced on a circle of radius 2. Model units are data units (``log_scale = 0``); 20,000 training
   and 5,000 test points, drawn once with a fixed seed, the same for every run.
 """
+
 from __future__ import annotations
 
 import math
@@ -121,10 +122,14 @@ def _imagenet32_files(folder: str) -> tuple[list[Path], Path]:
     """The training batches and the validation file of the ImageNet-32 folder; :class:`ImageFolderError` (one line) if absent."""
     root = Path(folder) if folder else None
     if root is None or not root.is_dir():
-        raise ImageFolderError(f"data=imagenet32 needs data_dir=<folder of the downsampled ImageNet 32x32 npz files>; {folder or '(none given)'} is not a folder")
+        raise ImageFolderError(
+            f"data=imagenet32 needs data_dir=<folder of the downsampled ImageNet 32x32 npz files>; {folder or '(none given)'} is not a folder"
+        )
     train_files, test_file = sorted(root.glob("*data_batch_*.npz")), root / "val_data.npz"
     if not train_files or not test_file.is_file():
-        raise ImageFolderError(f"data_dir={root} must hold train_data_batch_*.npz and val_data.npz (Imagenet32_train_npz / Imagenet32_val_npz); found {len(train_files)} training batches{'' if test_file.is_file() else ' and no val_data.npz'}")
+        raise ImageFolderError(
+            f"data_dir={root} must hold train_data_batch_*.npz and val_data.npz (Imagenet32_train_npz / Imagenet32_val_npz); found {len(train_files)} training batches{'' if test_file.is_file() else ' and no val_data.npz'}"
+        )
     return train_files, test_file
 
 

@@ -18,6 +18,7 @@ Eq. 4 holds level by level: :math:`\\lambda \\otimes \\delta_\\theta` (stay) is 
 on the chosen piece; :func:`terminal_density` computes its :math:`P_T` exactly, by enumerating the discrete choices and
 integrating the angles on a periodic grid.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,7 +66,12 @@ class HybridTorusKernel(Kernel):
             atoms = Atoms(torch.where(last[:, None], s, stay)[:, None], torch.zeros(B, 1, dtype=s.dtype), (~at_source)[:, None], last[:, None])
             return Measure(atoms, (Piece(self.torus, s, at_source), *(Piece(c, s, moving) for c in self.circles)))
         first, moving = t == 1, t >= 2
-        atoms = Atoms(torch.where(first[:, None], torch.zeros_like(s), stay)[:, None], torch.zeros(B, 1, dtype=s.dtype), (t >= 1)[:, None], torch.zeros(B, 1, dtype=torch.bool))
+        atoms = Atoms(
+            torch.where(first[:, None], torch.zeros_like(s), stay)[:, None],
+            torch.zeros(B, 1, dtype=s.dtype),
+            (t >= 1)[:, None],
+            torch.zeros(B, 1, dtype=torch.bool),
+        )
         return Measure(atoms, tuple(Piece(c, s, moving) for c in self.circles))
 
 

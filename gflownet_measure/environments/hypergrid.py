@@ -5,6 +5,7 @@ stops. Reward, with :math:`a_d = |x_d/(H-1) - 1/2|`:
 
 .. math:: R(x) = R_0 + R_1 \\prod_d 1[0.25 < a_d \\le 0.5] + R_2 \\prod_d 1[0.3 < a_d < 0.4]
 """
+
 from __future__ import annotations
 
 import itertools

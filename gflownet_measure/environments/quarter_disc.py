@@ -28,6 +28,7 @@ Reward (the exact version of the public code, github.com/saleml/continuous-gfn; 
 .. math:: R(x) = R_0 + R_1 \\prod_d 1[a_d > 0.25] + R_2 \\prod_d 1[0.3 < a_d < 0.4],\\quad
    Z = R_0 + 0.5^2 R_1 + 0.2^2 R_2 = 0.305
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,23 @@ from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac
 from gflownet_measure.networks import MLPPolicy, torso
 from gflownet_measure.options import check_options, option, settings_of
 
-__all__ = ["QuarterDiscConfig", "SETTINGS", "R0", "R1", "R2", "LEVELS", "LOG_Z", "REWARD_MAX", "arc_bounds", "QuarterDiscKernel", "log_reward", "reward_level", "level_masses", "make_graph", "make_policies"]
-
+__all__ = [
+    "QuarterDiscConfig",
+    "SETTINGS",
+    "R0",
+    "R1",
+    "R2",
+    "LEVELS",
+    "LOG_Z",
+    "REWARD_MAX",
+    "arc_bounds",
+    "QuarterDiscKernel",
+    "log_reward",
+    "reward_level",
+    "level_masses",
+    "make_graph",
+    "make_policies",
+]
 
 
 ACTIVATIONS = {"elu": nn.ELU, "leaky_relu": nn.LeakyReLU}
@@ -64,10 +80,16 @@ class QuarterDiscConfig:
     hidden: int = option(128, "MLP width", low=1)
     n_layers: int = option(4, "Linear+activation blocks before each head (the code's input layer + 3 hidden; the paper's network: 3)", low=0)
     activation: str = option("elu", "activation of those blocks: elu (the public code) or leaky_relu (the paper's network)", choices=tuple(ACTIVATIONS))
-    flow_torso: str = option("separate", "DB's state flow log F: its own MLP of the same shape (the public code) or a linear head on the P_F torso (shared, the paper's network)", choices=("separate", "shared"))
+    flow_torso: str = option(
+        "separate",
+        "DB's state flow log F: its own MLP of the same shape (the public code) or a linear head on the P_F torso (shared, the paper's network)",
+        choices=("separate", "shared"),
+    )
     n_components: int = option(2, "Beta-mixture components of the arc heads (P_F at s != s0, learned P_B)", low=1)
     n_components_s0: int = option(4, "Beta-mixture components of P_F at s0 (polar coordinates)", low=1)
-    concentration_max: float = option(5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2)
+    concentration_max: float = option(
+        5.1, "upper bound of the Beta concentrations alpha, beta (lower bound 0.1; the public code's 5.1 blurs the 0.1-wide 2.6 squares: see level_tv)", low=0.2
+    )
 
     def __post_init__(self):
         check_options(self)

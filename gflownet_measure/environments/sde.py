@@ -24,6 +24,7 @@ with :math:`v_\\theta = 1` or learned, and :math:`P_B` the Brownian bridge pinne
 backward laws of the same process, so :math:`\\log R + \\sum \\log P_B - \\sum \\log P_F` estimates
 :math:`\\log Z` without bias in :math:`e^w` (docs/references.md, 'SDE targets and Table 2').
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,7 +45,21 @@ from gflownet_measure.options import check_options, option, settings_of
 
 from .sde_targets import TARGETS
 
-__all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "LevelKernel", "SDEKernel", "FourierTime", "PISNetwork", "EulerMaruyamaPolicy", "BrownianBridge", "sigma_of", "level_graph", "make_graph", "make_policies"]
+__all__ = [
+    "SDEConfig",
+    "SETTINGS",
+    "DEFAULT_SIGMA",
+    "LevelKernel",
+    "SDEKernel",
+    "FourierTime",
+    "PISNetwork",
+    "EulerMaruyamaPolicy",
+    "BrownianBridge",
+    "sigma_of",
+    "level_graph",
+    "make_graph",
+    "make_policies",
+]
 
 # The Table 2 setting of Lahlou et al. 2023 gives "sigma = 5 for the mixture, 1 for the funnel"; read as the variance sigma^2 per unit
 # time, the t_scale of gfn-diffusion, which reuses the paper's setting (sigma^2 = t_scale = 5; docs/references.md, 'SDE
@@ -54,14 +69,17 @@ __all__ = ["SDEConfig", "SETTINGS", "DEFAULT_SIGMA", "LevelKernel", "SDEKernel",
 DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0, "gmm25": math.sqrt(5.0), "hard_funnel": 1.0, "many_well": 1.0}
 
 
-
 @dataclass(frozen=True)
 class SDEConfig:
     """The target, the time grid, the diffusion coefficient and the policy network of an SDE sampler."""
 
     target: str = option("gmm9", "target density", choices=tuple(TARGETS))
     n_steps: int = option(100, "Euler-Maruyama steps T over the unit time horizon", low=1, high=10000)
-    sigma: float = option(0.0, "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9 and gmm25, 1 for the funnels and many_well)", low=0.0)
+    sigma: float = option(
+        0.0,
+        "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9 and gmm25, 1 for the funnels and many_well)",
+        low=0.0,
+    )
     hidden: int = option(64, "width of the PIS-style networks", low=1)
     learned_variance: bool = option(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False))
     langevin: bool = option(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False))
@@ -153,7 +171,9 @@ class PISNetwork(nn.Module):
         super().__init__()
         self.t_net = nn.Sequential(FourierTime(hidden), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden))
         self.x_net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, hidden))
-        self.joint = _zero_last(nn.Sequential(nn.GELU(), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_out)))
+        self.joint = _zero_last(
+            nn.Sequential(nn.GELU(), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, n_out))
+        )
 
     def time_part(self, t: Tensor) -> Tensor:
         """:math:`\\tau(t) = W_1^t g(h_t(t)) + b_1` ``[len(t), hidden]``: what the first joint layer adds for the time ``t``."""
@@ -193,7 +213,9 @@ class EulerMaruyamaPolicy(Policy):
         learned_variance: :math:`v = \\exp(4 \\tanh(\\cdot))` per coordinate, else 1.
     """
 
-    def __init__(self, kernel: SDEKernel, sigma: float, hidden: int = 64, learned_variance: bool = False, log_reward=None, langevin: bool = False, clip: float = 1e4):
+    def __init__(
+        self, kernel: SDEKernel, sigma: float, hidden: int = 64, learned_variance: bool = False, log_reward=None, langevin: bool = False, clip: float = 1e4
+    ):
         super().__init__(kernel)
         n = kernel.dim
         self.dim, self.n_steps, self.sigma, self.learned_variance, self.clip = n, kernel.n_steps, sigma, learned_variance, clip
@@ -201,7 +223,14 @@ class EulerMaruyamaPolicy(Policy):
         if langevin and log_reward is None:
             raise ValueError("langevin=True needs the log_reward whose gradient it adds")
         self.log_reward = log_reward if langevin else None
-        self.langevin = _zero_last(nn.Sequential(FourierTime(hidden), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)), bias=0.01) if langevin else None
+        self.langevin = (
+            _zero_last(
+                nn.Sequential(FourierTime(hidden), nn.Linear(2 * hidden, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, 1)),
+                bias=0.01,
+            )
+            if langevin
+            else None
+        )
 
     def _grad_log_reward(self, x: Tensor) -> Tensor:
         with torch.inference_mode(False), torch.enable_grad():  # also inside an inference-mode rollout: on a copy of x, an ordinary tensor

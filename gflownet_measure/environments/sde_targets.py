@@ -19,6 +19,7 @@ its first two coordinates (:meth:`log_marginal01`, for figures).
   normalised: :math:`\\log Z = 16 (\\log Z_1 + \\tfrac12 \\log 2\\pi) = 164.6957`, :math:`Z_1 = \\int e^{-x^4 + 6x^2 + x/2} dx
   = 11784.509` by quadrature (:class:`ManyWell`).
 """
+
 from __future__ import annotations
 
 import math

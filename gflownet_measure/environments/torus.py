@@ -18,6 +18,7 @@ Eq. 4 holds level by level: both sides are :math:`\\lambda \\otimes \\lambda` on
 (:class:`~gflownet_measure.heads.VonMisesMixtureHead`) on features :math:`\\cos k\\theta_i, \\sin k\\theta_i`
 (:math:`k = 1..K`) and :math:`t / T`, the public code's encoding (docs/torus.md).
 """
+
 from __future__ import annotations
 
 import math
@@ -38,7 +39,20 @@ from gflownet_measure.options import check_options, option, settings_of
 from .sde import LevelKernel
 from .torus_targets import TARGETS, TorusTarget, get_target
 
-__all__ = ["TorusConfig", "SETTINGS", "TWO_PI", "increments_box", "TorusKernel", "Encoder", "exploration_concentration", "levels", "target_of", "make_graph", "make_policies", "mlp_policies"]
+__all__ = [
+    "TorusConfig",
+    "SETTINGS",
+    "TWO_PI",
+    "increments_box",
+    "TorusKernel",
+    "Encoder",
+    "exploration_concentration",
+    "levels",
+    "target_of",
+    "make_graph",
+    "make_policies",
+    "mlp_policies",
+]
 
 TWO_PI = 2 * math.pi
 
@@ -53,7 +67,11 @@ def increments_box(n: int, concentration: float = 0.0) -> Box:
 class TorusConfig:
     """The torus, its target and the von Mises mixture policies (defaults: the public code's ctorus settings, docs/torus.md)."""
 
-    target: str = option("r6", "reward: r6 = (sin 3a + cos 2b + 2)^3 (six modes), alanine = Boltzmann density of alanine dipeptide (phi, psi) (needs the molecule extra)", choices=tuple(TARGETS))
+    target: str = option(
+        "r6",
+        "reward: r6 = (sin 3a + cos 2b + 2)^3 (six modes), alanine = Boltzmann density of alanine dipeptide (phi, psi) (needs the molecule extra)",
+        choices=tuple(TARGETS),
+    )
     n_dim: int = option(2, "number of angles n (r6: any; alanine: 2)", low=1, high=6)
     n_steps: int = option(10, "moves T before the forced exit", low=1, high=1000)
     n_components: int = option(5, "von Mises components per angle", low=1, high=64)
@@ -61,13 +79,21 @@ class TorusConfig:
     harmonics: int = option(5, "encoding cos(k theta), sin(k theta), k = 1..harmonics, per angle", low=1, high=64)
     hidden: int = option(512, "MLP width", low=1)
     n_layers: int = option(5, "Linear+ELU blocks of each MLP", low=0)
-    exploration: str = option("uniform", "the epsilon-exploration move: uniform (Haar measure, truly random) or von-mises (von Mises(0, exploration_concentration) about no move: the public code's 'random' action)", choices=("uniform", "von-mises"))
+    exploration: str = option(
+        "uniform",
+        "the epsilon-exploration move: uniform (Haar measure, truly random) or von-mises (von Mises(0, exploration_concentration) about no move: the public code's 'random' action)",
+        choices=("uniform", "von-mises"),
+    )
     exploration_concentration: float = option(5.0, "concentration of the von-mises exploration move (the public code: 5)", low=1e-3)
     backward: str = option("learned", "P_B: learned (own MLP), tied (P_F's torso, own output layer) or uniform (Haar)", choices=("learned", "tied", "uniform"))
     temperature: float = option(300.0, "alanine: temperature in kelvin of the Boltzmann density exp(-E / kT)", low=0.0)
     forcefield: str = option("amber14-all.xml", "alanine: OpenMM force-field file (vacuum, no cutoff), e.g. amber14-all.xml or amber99sbildn.xml")
     structure: str = option("", "alanine: PDB file of the molecule (empty: the bundled ACE-ALA-NME)", path=True)
-    relax: bool = option(False, "alanine: at each (phi, psi) minimise the other coordinates under torsion restraints (false: rigid rotation, the paper's protocol)", choices=(True, False))
+    relax: bool = option(
+        False,
+        "alanine: at each (phi, psi) minimise the other coordinates under torsion restraints (false: rigid rotation, the paper's protocol)",
+        choices=(True, False),
+    )
     grid: int = option(72, "alanine: energy grid points per angle for training (periodic interpolation)", low=8, high=720)
 
     def __post_init__(self):
@@ -90,7 +116,9 @@ class TorusKernel(LevelKernel):
     through a unit-scale periodic chart."""
 
     def __init__(self, n: int, n_steps: int, forward: bool, concentration: float = 0.0):
-        super().__init__(n, n_steps, AffineChart(increments_box(n, concentration), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0}), forward)
+        super().__init__(
+            n, n_steps, AffineChart(increments_box(n, concentration), range(n), relative=True, period=TWO_PI, advance={n: 1.0 if forward else -1.0}), forward
+        )
 
 
 class Encoder:

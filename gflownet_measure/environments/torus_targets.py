@@ -12,6 +12,7 @@ Quadrature: the uniform periodic grid :math:`\\theta_j = 2\\pi (j + 1/2) / G` wi
 trigonometric polynomial of degree below ``G`` exactly and a smooth periodic function with spectral accuracy (the
 trapezoidal rule on a circle); R6 has degree 9, so any ``G >= 10`` gives its normaliser to round-off.
 """
+
 from __future__ import annotations
 
 import functools
@@ -83,7 +84,9 @@ def check_log_reward_grid(name: str, log_R: Tensor, points: Tensor) -> None:
     bad = torch.isnan(log_R) | (log_R == math.inf)
     if bad.any():
         i = int(bad.nonzero()[0])
-        raise ValueError(f"target {name}: the reward is not a finite non-negative number at {int(bad.sum())} of {len(log_R)} grid points (first: theta = {[round(v, 4) for v in points[i].tolist()]})")
+        raise ValueError(
+            f"target {name}: the reward is not a finite non-negative number at {int(bad.sum())} of {len(log_R)} grid points (first: theta = {[round(v, 4) for v in points[i].tolist()]})"
+        )
     if not bool((log_R > -math.inf).any()):
         raise ValueError(f"target {name}: the reward is zero on the whole grid")
 

@@ -10,6 +10,7 @@ print one line and exit with code 2, before anything in the run folder is touche
 a diverged training prints one line and exits with code 1, keeping the last good checkpoint; Ctrl-C prints where the
 last checkpoint is and exits with code 130. See the README's "Reliability" section for what a run folder guarantees.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="experiments and environments, with presets")
     r = sub.add_parser("run", help="run an experiment, writing a run folder")
-    r.add_argument("name", help="a registered experiment (see `list`), or MODULE:FACTORY / PATH.py:FACTORY: a space of your own, trained (docs/tutorial.md, section 8)")
+    r.add_argument(
+        "name", help="a registered experiment (see `list`), or MODULE:FACTORY / PATH.py:FACTORY: a space of your own, trained (docs/tutorial.md, section 8)"
+    )
     r.add_argument("--preset", default=None, help=f"settings preset (default {DEFAULTS['preset']})")
     r.add_argument("--seed", type=int, default=None, help=f"seed of every generator, 0 to {MAX_SEED} (default 0)")
     r.add_argument("--out", default=None, help="run folder (default runs/NAME-<timestamp>); must be new or empty, unless --resume or --overwrite")
@@ -71,13 +74,29 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+")
     r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with its saved settings")
     r.add_argument("--overwrite", action="store_true", help="replace the run that --out holds (its files are deleted)")
-    r.add_argument("--world-size", type=int, default=1, metavar="N", help="train one run on N processes (data parallel, torch.distributed; gloo on CPU, NCCL on CUDA); or launch with torchrun (docs/scale_out.md)")
+    r.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="train one run on N processes (data parallel, torch.distributed; gloo on CPU, NCCL on CUDA); or launch with torchrun (docs/scale_out.md)",
+    )
     r.add_argument("--threads", type=int, default=DEFAULT_THREADS, help=f"torch CPU threads (default {DEFAULT_THREADS}; see docs/results.md, Wall clock)")
-    c = sub.add_parser("check", help="check the theory's conditions on an environment or a space of your own", epilog=CHECK_FORMS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c = sub.add_parser(
+        "check",
+        help="check the theory's conditions on an environment or a space of your own",
+        epilog=CHECK_FORMS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     c.add_argument("space", metavar="SPACE", help="NAME, MODULE:FACTORY or PATH.py:FACTORY (below)")
     c.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+", help="settings of SPACE (below)")
     c.add_argument("--samples", type=int, default=256, help="Monte Carlo nodes per continuous piece")
-    c.add_argument("--method", default="auto", choices=METHODS, help="integration on continuous pieces: auto (quadrature for eq. 4 and eq. 15-16 where every piece has at most 3 coordinates, else Monte Carlo), mc or quadrature")
+    c.add_argument(
+        "--method",
+        default="auto",
+        choices=METHODS,
+        help="integration on continuous pieces: auto (quadrature for eq. 4 and eq. 15-16 where every piece has at most 3 coordinates, else Monte Carlo), mc or quadrature",
+    )
     c.add_argument("--seed", type=int, default=0, help="seed of the checks' draws and of the space's construction (default 0)")
     c.add_argument("--threads", type=int, default=DEFAULT_THREADS, help=f"torch CPU threads (default {DEFAULT_THREADS}; see docs/results.md, Wall clock)")
     return p
@@ -132,11 +151,17 @@ def cmd_run(args) -> int:
         raise ConfigError("--out '' names no folder; give a run folder, e.g. --out runs/my-run")
     out = None if args.out is None else Path(args.out)
     if args.resume:
-        given = [flag for flag, value in (("--preset", args.preset), ("--seed", args.seed), ("--device", args.device), ("--set", args.assignments or None)) if value is not None]
+        given = [
+            flag
+            for flag, value in (("--preset", args.preset), ("--seed", args.seed), ("--device", args.device), ("--set", args.assignments or None))
+            if value is not None
+        ]
         if args.overwrite:
             given.append("--overwrite")
         if given:
-            raise ConfigError(f"--resume continues a run with the settings saved in its config.json; drop {', '.join(given)} (or start a new run without --resume)")
+            raise ConfigError(
+                f"--resume continues a run with the settings saved in its config.json; drop {', '.join(given)} (or start a new run without --resume)"
+            )
         if out is None:
             raise ConfigError("--resume needs --out, the folder of the run to continue")
         saved = _saved_run(out, exp.name)
@@ -168,7 +193,18 @@ def cmd_run(args) -> int:
             try:
                 stack.enter_context(RunFolder(out, exp.name, resume=args.resume, overwrite=args.overwrite))
                 if not args.resume:
-                    write_json(out / "config.json", {"experiment": exp.name, "preset": preset, "seed": seed, "device": device, "torch_threads": torch.get_num_threads(), "world_size": size, "settings": cfg})
+                    write_json(
+                        out / "config.json",
+                        {
+                            "experiment": exp.name,
+                            "preset": preset,
+                            "seed": seed,
+                            "device": device,
+                            "torch_threads": torch.get_num_threads(),
+                            "world_size": size,
+                            "settings": cfg,
+                        },
+                    )
             except ConfigError as e:
                 error = str(e)
         error = broadcast_object(error)
@@ -247,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as e:
         if not isinstance(e, MemoryError) and "allocate" not in str(e):
             raise
-        print(f"{PROG}: error: out of memory ({str(e).splitlines()[0][:120] or 'MemoryError'}); lower the batch size or the number of samples (batch_size, eval_samples, theta_samples, --samples)", file=sys.stderr)
+        print(
+            f"{PROG}: error: out of memory ({str(e).splitlines()[0][:120] or 'MemoryError'}); lower the batch size or the number of samples (batch_size, eval_samples, theta_samples, --samples)",
+            file=sys.stderr,
+        )
         return 2
     except OSError as e:  # a disk that filled up, a folder that became read-only: name the file, no traceback
         print(f"{PROG}: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}", file=sys.stderr)

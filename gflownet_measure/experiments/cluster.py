@@ -7,6 +7,7 @@ at most ``jobs`` runs are in flight. The run folders are written by the tasks: o
 must lie on a file system every node sees, and the project must be installed on every node (Ray ships no code here).
 Ray is an optional extra (``pip install -e '.[cluster]'``).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -39,7 +40,9 @@ def run_on_ray(one: Callable, run_fn: Callable, jobs: list, resume: bool, diverg
         try:
             ray.init(address=address or None, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
         except ConnectionError as e:
-            raise ConfigError(f"address={address!r}: no Ray cluster answers there ({str(e).splitlines()[0][:100]}); valid: auto, ray://HOST:PORT, or empty for a local instance") from None
+            raise ConfigError(
+                f"address={address!r}: no Ray cluster answers there ({str(e).splitlines()[0][:100]}); valid: auto, ray://HOST:PORT, or empty for a local instance"
+            ) from None
     threads, device = torch.get_num_threads(), torch.get_default_device()
     task = ray.remote(one).options(num_cpus=threads, num_gpus=1 if device.type == "cuda" else 0, max_retries=0)
     pending = [job._replace(out=job.out.resolve()) for job in jobs]  # a task's working folder is not the driver's

@@ -1,4 +1,5 @@
 """Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,20 @@ from .run_folder import load_run_config
 from .settings import ConfigError
 from .training_config import TrainingConfig
 
-__all__ = ["EXECUTION_SETTINGS", "SubRun", "WallClock", "run_id", "write_atomic", "write_json", "run_many", "make_scheduler", "train_gflownet", "configure", "learned_log_Z", "final_samples"]
+__all__ = [
+    "EXECUTION_SETTINGS",
+    "SubRun",
+    "WallClock",
+    "run_id",
+    "write_atomic",
+    "write_json",
+    "run_many",
+    "make_scheduler",
+    "train_gflownet",
+    "configure",
+    "learned_log_Z",
+    "final_samples",
+]
 
 CONTRACT_STATES = 4
 """Random points per piece of nu and of the terminal measure at which a run probes the shape contracts of its space,
@@ -40,8 +54,14 @@ would otherwise train silently to a wrong log Z."""
 # How a multi-run experiment spreads its runs: processes on this machine, or tasks on a Ray cluster. Table-level
 # settings: they are not passed to the runs, whose folders, seeds and results are the same either way.
 EXECUTION_SETTINGS = {
-    "jobs": Setting(1, "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1); with executor=ray, the runs in flight on the cluster", low=1),
-    "executor": Setting("local", "where the runs train: local (a process pool here) or ray (tasks on a Ray cluster; pip install -e '.[cluster]')", choices=("local", "ray")),
+    "jobs": Setting(
+        1,
+        "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1); with executor=ray, the runs in flight on the cluster",
+        low=1,
+    ),
+    "executor": Setting(
+        "local", "where the runs train: local (a process pool here) or ray (tasks on a Ray cluster; pip install -e '.[cluster]')", choices=("local", "ray")
+    ),
     "address": Setting("", "Ray cluster to join with executor=ray (auto, ray://HOST:10001; empty: start a Ray instance on this machine)"),
 }
 
@@ -118,7 +138,9 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     return json.loads(done.read_text())
 
 
-def run_many(run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False, executor: str = "local", address: str = "") -> list[dict]:
+def run_many(
+    run_fn: Callable, jobs: list[SubRun], resume: bool, workers: int = 1, diverged_ok: bool = False, executor: str = "local", address: str = ""
+) -> list[dict]:
     """The metrics of every job, in order; ``workers`` at a time in fresh processes (``1``: here, one after the other),
     or, with ``executor="ray"``, as tasks of the Ray cluster at ``address`` (:func:`gflownet_measure.experiments.cluster.run_on_ray`).
 
@@ -226,7 +248,19 @@ def make_scheduler(optimizer: torch.optim.Optimizer, training: TrainingConfig):
     return torch.optim.lr_scheduler.StepLR(optimizer, training.lr_milestone, gamma=training.lr_gamma)
 
 
-def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, training: TrainingConfig, identity: dict, out: Path, resume: bool, evaluate: Callable[[], dict], batches: Callable[[int], object] | None = None, average: WeightAverage | None = None, lr_modules: Mapping[str, float] | None = None) -> list[dict]:
+def train_gflownet(
+    gfn: GFlowNet,
+    graph: PointedGraph,
+    objective: Objective,
+    training: TrainingConfig,
+    identity: dict,
+    out: Path,
+    resume: bool,
+    evaluate: Callable[[], dict],
+    batches: Callable[[int], object] | None = None,
+    average: WeightAverage | None = None,
+    lr_modules: Mapping[str, float] | None = None,
+) -> list[dict]:
     """Train ``gfn`` with ``objective`` (its hyper-parameters set: :func:`configure`) as ``training`` says, with the shared
     optimiser, schedule, clipping and checkpoints; ``identity`` is what the checkpoints record of the run (:func:`run_id`).
 
@@ -260,7 +294,20 @@ def train_gflownet(gfn: GFlowNet, graph: PointedGraph, objective: Objective, tra
 
     held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
     state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
-    trainer = Trainer(state, optimizer, make_scheduler(optimizer, training), step_fn, evaluate, out, training.steps, training.eval_every, training.batch_size, training.grad_clip, identity, average)
+    trainer = Trainer(
+        state,
+        optimizer,
+        make_scheduler(optimizer, training),
+        step_fn,
+        evaluate,
+        out,
+        training.steps,
+        training.eval_every,
+        training.batch_size,
+        training.grad_clip,
+        identity,
+        average,
+    )
     return trainer.run(resume)
 
 

@@ -1,4 +1,5 @@
 """The door of every experiment into an environment: the registry :data:`gflownet_measure.environments.ENVIRONMENTS`, as ``check`` uses it."""
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple

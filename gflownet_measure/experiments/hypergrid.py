@@ -1,4 +1,5 @@
 """`gflownet-measure run hypergrid`: every objective on the discrete hypergrid, exact L1 to the target."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -57,7 +58,12 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['objective']}")
     if cfg["ndim"] == 2:
         shape = (cfg["height"], cfg["height"])
-        plot_grid_pair(target.reshape(shape).cpu().numpy(), p_T.reshape(shape).cpu().numpy(), out / "distribution.png", f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}")
+        plot_grid_pair(
+            target.reshape(shape).cpu().numpy(),
+            p_T.reshape(shape).cpu().numpy(),
+            out / "distribution.png",
+            f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}",
+        )
     return {
         "l1_to_target": l1,
         "log_Z_exact": log_Z_exact,

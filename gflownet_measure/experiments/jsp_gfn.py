@@ -15,6 +15,7 @@ same data.
 parameters (for a linear model ``P = d^2``, row-major: the weight of i -> j at ``i d + j``, 0 where absent), from
 ``posterior_samples`` pure-policy rollouts of the core.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -62,45 +63,137 @@ structure MCMC, and the structure learners of the optional extra ``baselines``),
 
 SETTINGS = {
     **env.SETTINGS,
-    **training_settings(without=("steps", "batch_size", "lr_logZ", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no log Z, no state flow, replayed batches
+    **training_settings(
+        without=("steps", "batch_size", "lr_logZ", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0
+    ),  # no log Z, no state flow, replayed batches
     "steps": Setting(2000, "gradient updates (one per environment step of every graph)", low=1),
     "batch_size": Setting(64, "replayed edge transitions per update", low=1),
-    "lr_theta": Setting(0.0, "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression", low=0.0),
+    "lr_theta": Setting(
+        0.0,
+        "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression",
+        low=0.0,
+    ),
     "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
     "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
     "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
     "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
-    "min_exploration": Setting(0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0),
-    "anneal_fraction": Setting(0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0),
+    "min_exploration": Setting(
+        0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0
+    ),
+    "anneal_fraction": Setting(
+        0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0
+    ),
     "delta": Setting(1.0, "Huber threshold of eq. 8 (> 0)", low=1e-6),
     "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
     "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
     "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
-    "exact": Setting("auto", "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)", choices=("auto", "on", "off")),
+    "exact": Setting(
+        "auto",
+        "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)",
+        choices=("auto", "on", "off"),
+    ),
     "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
-    "fit_samples": Setting(1000, "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used", low=2),
-    "fit_budget": Setting(4.0, "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly", low=0.0),
-    "fit_orders": Setting(1000, "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it", low=1),
-    "baseline": Setting("none", "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7); none. What cannot run is skipped (baselines.json says why)"),
+    "fit_samples": Setting(
+        1000,
+        "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used",
+        low=2,
+    ),
+    "fit_budget": Setting(
+        4.0,
+        "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly",
+        low=0.0,
+    ),
+    "fit_orders": Setting(
+        1000,
+        "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it",
+        low=1,
+    ),
+    "baseline": Setting(
+        "none",
+        "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7); none. What cannot run is skipped (baselines.json says why)",
+    ),
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
     "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
-    "bcd_steps": Setting(20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1),
+    "bcd_steps": Setting(
+        20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1
+    ),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1),
     "mcmc_chains": Setting(4, "independent chains of gibbs and mh, each started from the empty graph", low=1),
-    "mcmc_burn_in": Setting(0.25, "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)", low=0.0),
+    "mcmc_burn_in": Setting(
+        0.25,
+        "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)",
+        low=0.0,
+    ),
     "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
-    "ema": Setting(0.999, "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler", low=0.0, high=0.999999),
+    "ema": Setting(
+        0.999,
+        "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler",
+        low=0.0,
+        high=0.999999,
+    ),
 }
 
 PRESETS = {
     # d = 3 in about a minute; the weight average's horizon is 100 updates (docs/results.md, section 4: 'The sampler', 'd = 3, quick preset')
     "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500, "ema": 0.99},
     # d = 20 on a CPU: a budget that keeps the lookahead's start, not convergence (docs/results.md, section 4: 'd = 20 with the solver head and the lookahead')
-    "d20": {"d": 20, "edges_per_node": 2.0, "theta_head": "solver", "lookahead": "auto", "steps": 1000, "batch_size": 32, "theta_samples": 4, "prefill": 50, "replay_capacity": 20000, "lr": 3e-6, "anneal_fraction": 1e-6, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 50, "fit_orders": 100, "posterior_samples": 1000},
+    "d20": {
+        "d": 20,
+        "edges_per_node": 2.0,
+        "theta_head": "solver",
+        "lookahead": "auto",
+        "steps": 1000,
+        "batch_size": 32,
+        "theta_samples": 4,
+        "prefill": 50,
+        "replay_capacity": 20000,
+        "lr": 3e-6,
+        "anneal_fraction": 1e-6,
+        "eval_every": 250,
+        "ema": 0.99,
+        "eval_samples": 100,
+        "fit_samples": 50,
+        "fit_orders": 100,
+        "posterior_samples": 1000,
+    },
     # the Sachs data: a BDeu lookahead start, a slow structure policy and a fast theta head (docs/results.md, section 8: 'Off the empty graph')
-    "sachs": {"data": "sachs", "model": "categorical-mlp", "lookahead": "on", "steps": 1000, "batch_size": 16, "theta_samples": 4, "batch_size_data": 128, "prefill": 200, "replay_capacity": 20000, "lr": 3e-6, "lr_theta": 3e-4, "anneal_fraction": 0.5, "eval_every": 250, "ema": 0.99, "eval_samples": 100, "fit_samples": 200, "posterior_samples": 500, "baseline": "mh,gibbs", "mcmc_steps": 200},
+    "sachs": {
+        "data": "sachs",
+        "model": "categorical-mlp",
+        "lookahead": "on",
+        "steps": 1000,
+        "batch_size": 16,
+        "theta_samples": 4,
+        "batch_size_data": 128,
+        "prefill": 200,
+        "replay_capacity": 20000,
+        "lr": 3e-6,
+        "lr_theta": 3e-4,
+        "anneal_fraction": 0.5,
+        "eval_every": 250,
+        "ema": 0.99,
+        "eval_samples": 100,
+        "fit_samples": 200,
+        "posterior_samples": 500,
+        "baseline": "mh,gibbs",
+        "mcmc_steps": 200,
+    },
     # the paper's d = 5 problem at a CPU budget (docs/results.md, section 4: 'How the paper preset was reached', 'Preset history', 'Changes tested at 20,000 updates')
-    "paper": {"d": 5, "model": "lingauss-full", "steps": 40000, "batch_size": 64, "theta_samples": 64, "prefill": 1000, "replay_capacity": 20000, "logit_scale": 10.0, "lr": 1e-4, "lr_milestone": 10000, "lr_gamma": 0.5, "anneal_fraction": 0.25, "eval_every": 2000},
+    "paper": {
+        "d": 5,
+        "model": "lingauss-full",
+        "steps": 40000,
+        "batch_size": 64,
+        "theta_samples": 64,
+        "prefill": 1000,
+        "replay_capacity": 20000,
+        "logit_scale": 10.0,
+        "lr": 1e-4,
+        "lr_milestone": 10000,
+        "lr_gamma": 0.5,
+        "anneal_fraction": 0.25,
+        "eval_every": 2000,
+    },
 }
 
 
@@ -170,7 +263,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
     model, d = problem.model, graph.kappa.d
-    replay = EdgeReplay(graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step))
+    replay = EdgeReplay(
+        graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step)
+    )
     if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
         replay.prefill(cfg["prefill"])
     ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
@@ -189,7 +284,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
 
     lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else None
-    history = train_gflownet(GFlowNet(pf, pb), graph, configure(UNDIRECTED_SUBTB, cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, replay, ema, lr_modules)
+    history = train_gflownet(
+        GFlowNet(pf, pb), graph, configure(UNDIRECTED_SUBTB, cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, replay, ema, lr_modules
+    )
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
     np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
@@ -203,14 +300,22 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             n_fit = min(cfg["fit_samples"], len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
             budget = cfg["fit_budget"] * cfg["steps"] * (2 * cfg["batch_size"] + cfg["num_envs"]) if cfg["fit_budget"] > 0 else None
-            fit, arrays = fit_metrics(sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget)
+            fit, arrays = fit_metrics(
+                sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget
+            )
             metrics |= fit
             if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
                 metrics["heldout_nll_truth"] = problem.heldout_nll_truth
             if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
                 metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
-    metrics |= {"seconds": history[-1]["seconds"], "seconds_per_step": history[-1]["seconds"] / cfg["steps"], "steps": cfg["steps"], "d": d, "n_params": model.n_params}
+    metrics |= {
+        "seconds": history[-1]["seconds"],
+        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
+        "steps": cfg["steps"],
+        "d": d,
+        "n_params": model.n_params,
+    }
     if exact is not None:
         metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
         if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
@@ -236,7 +341,9 @@ def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
                 marginals[BASELINE_NAMES[name]] = z["graphs"].astype(float).mean(0)
     names = list(problem.names) or [str(i) for i in range(problem.model.d)]
     reference = "consensus graph" if cfg["data"] == "sachs" else "true graph"
-    plot_edge_marginals(marginals, problem.true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)")
+    plot_edge_marginals(
+        marginals, problem.true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)"
+    )
 
 
 def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: int, n: int) -> None:
@@ -288,21 +395,39 @@ def validate(cfg: dict, d: int | None = None) -> None:
     problem = _problem(space)
     d = problem.model.d
     if cfg["exact"] == "on" and d > MAX_ENUMERATE:
-        raise ConfigError(f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)")
+        raise ConfigError(
+            f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)"
+        )
     if cfg["exact"] == "on" and not isinstance(problem.model, LinearGaussian):
         raise ConfigError(f"exact=on needs the closed-form posterior of a linear-Gaussian model; model={cfg['model']} has none: use exact=auto or off")
     if cfg["batch_size"] > cfg["replay_capacity"]:
-        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity")
+        raise ConfigError(
+            f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity"
+        )
     if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
-        raise ConfigError(f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}")
+        raise ConfigError(
+            f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}"
+        )
     if cfg["batch_size_data"] > problem.model.n:
-        raise ConfigError(f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all")
+        raise ConfigError(
+            f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all"
+        )
     require_memory(update_bytes(cfg, problem), f"d={d} with model={cfg['model']}, batch_size={cfg['batch_size']}, theta_samples={cfg['theta_samples']}")
 
 
-register(Experiment("jsp-gfn", "JSP-GFN: joint posterior over DAGs and CPD parameters (linear, MLP, categorical); against the exact posterior for d <= 5, by held-out NLL, E-SHD, AUROC and log P_T vs log R beyond", SETTINGS, PRESETS, run, validate))
+register(
+    Experiment(
+        "jsp-gfn",
+        "JSP-GFN: joint posterior over DAGs and CPD parameters (linear, MLP, categorical); against the exact posterior for d <= 5, by held-out NLL, E-SHD, AUROC and log P_T vs log R beyond",
+        SETTINGS,
+        PRESETS,
+        run,
+        validate,
+    )
+)
 
 # --- Table 3 / C.2 and D.1: d = 3, 4, 5 over datasets, beside the paper -------------------------------------
+
 
 def _d1(edge: tuple, path: tuple, markov: tuple, suffix: str = "") -> dict:
     """A row of Deleu et al. 2023, Table D.1 from its ``(RMSE, 95% CI, Pearson r)`` per feature, keyed as our metrics
@@ -316,9 +441,33 @@ def _d1(edge: tuple, path: tuple, markov: tuple, suffix: str = "") -> dict:
 PAPER = {  # docs/references.md, 'Table 3 and Table D.1'. Both papers estimate the marginals from K sampled graphs, so their
     # values stand beside our *_samples keys, never beside the exact-P_T ones
     "lahlou_table3": {  # Lahlou et al. 2023, Table 3 / C.2, GFlowNet row: RMSE (Pearson r) and Params
-        3: {"edge_rmse_samples": 0.0150, "edge_r_samples": 0.9993, "path_rmse_samples": 0.00339, "path_r_samples": 1.0000, "markov_rmse_samples": 0.0214, "markov_r_samples": 0.9986, "theta_nll": -1.75},
-        4: {"edge_rmse_samples": 0.0161, "edge_r_samples": 0.9990, "path_rmse_samples": 0.0107, "path_r_samples": 0.9996, "markov_rmse_samples": 0.0238, "markov_r_samples": 0.9982, "theta_nll": -3.06},
-        5: {"edge_rmse_samples": 0.0180, "edge_r_samples": 0.9990, "path_rmse_samples": 0.0199, "path_r_samples": 0.9989, "markov_rmse_samples": 0.0283, "markov_r_samples": 0.9980, "theta_nll": -5.17},
+        3: {
+            "edge_rmse_samples": 0.0150,
+            "edge_r_samples": 0.9993,
+            "path_rmse_samples": 0.00339,
+            "path_r_samples": 1.0000,
+            "markov_rmse_samples": 0.0214,
+            "markov_r_samples": 0.9986,
+            "theta_nll": -1.75,
+        },
+        4: {
+            "edge_rmse_samples": 0.0161,
+            "edge_r_samples": 0.9990,
+            "path_rmse_samples": 0.0107,
+            "path_r_samples": 0.9996,
+            "markov_rmse_samples": 0.0238,
+            "markov_r_samples": 0.9982,
+            "theta_nll": -3.06,
+        },
+        5: {
+            "edge_rmse_samples": 0.0180,
+            "edge_r_samples": 0.9990,
+            "path_rmse_samples": 0.0199,
+            "path_r_samples": 0.9989,
+            "markov_rmse_samples": 0.0283,
+            "markov_r_samples": 0.9980,
+            "theta_nll": -5.17,
+        },
     },
     "deleu_d1": {  # Deleu et al. 2023, Table D.1 (d = 5, 20 datasets): the row of the theta density the run trains
         "lingauss-diag": _d1((0.018, 0.005, 0.998), (0.022, 0.005, 0.998), (0.019, 0.006, 0.999), "_samples"),
@@ -341,7 +490,10 @@ TABLE_KEYS = FEATURE_KEYS + ("theta_nll", "theta_nll_exact")
 """Rows of a table against the exact posterior (d <= 5)."""
 SAMPLE_KEYS = ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r")
 """Rows of a table without it (Deleu et al. 2023, section 5.2: d = 20)."""
-BASELINE_KEYS = {True: ("edge_rmse", "edge_r", "path_rmse", "path_r", "markov_rmse", "markov_r", "theta_nll"), False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc")}
+BASELINE_KEYS = {
+    True: ("edge_rmse", "edge_r", "path_rmse", "path_r", "markov_rmse", "markov_r", "theta_nll"),
+    False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc"),
+}
 
 
 def _dims(cfg: dict) -> list[int]:
@@ -356,7 +508,9 @@ def _dims(cfg: dict) -> list[int]:
 
 
 TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
-    "dims": Setting("3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"),
+    "dims": Setting(
+        "3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"
+    ),
     "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
     **EXECUTION_SETTINGS,
 }
@@ -383,14 +537,31 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         keys = TABLE_KEYS if exact else SAMPLE_KEYS
         for k, m in enumerate(ms):
             history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in keys if key in m})
-        optional = ("last_edge_rmse", "last_edge_rmse_samples", "last_path_rmse", "last_path_rmse_samples", "last_markov_rmse", "last_markov_rmse_samples", "mean_field_edge_rmse", "mean_field_path_rmse", "mean_field_markov_rmse", "last_heldout_nll", "seconds")
+        optional = (
+            "last_edge_rmse",
+            "last_edge_rmse_samples",
+            "last_path_rmse",
+            "last_path_rmse_samples",
+            "last_markov_rmse",
+            "last_markov_rmse_samples",
+            "mean_field_edge_rmse",
+            "mean_field_path_rmse",
+            "mean_field_markov_rmse",
+            "last_heldout_nll",
+            "seconds",
+        )
         optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))
         extra = [key for key in optional if all(key in m for m in ms)]
         _plot_table(cfg, d, ms, exact, out / f"table_d{d}.png")
         graph = f"ER{cfg['edges_per_node']:g}"
-        d1_row = PAPER["deleu_d1"].get(cfg["model"], {}) | {f"{b.replace('-', '_')}_{k}": v for b in names for k, v in PAPER["deleu_d1_baselines"].get(b, {}).items()}
+        d1_row = PAPER["deleu_d1"].get(cfg["model"], {}) | {
+            f"{b.replace('-', '_')}_{k}": v for b in names for k, v in PAPER["deleu_d1_baselines"].get(b, {}).items()
+        }
         d1_head = f"paper (Deleu D.1, {D1_ROWS.get(cfg['model'], '-')})"
-        lines += [f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)", f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {d1_head:>24}"]
+        lines += [
+            f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)",
+            f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {d1_head:>24}",
+        ]
         for key in tuple(k for k in keys if all(k in m for m in ms)) + tuple(extra):
             v = np.array([m[key] for m in ms])
             metrics[f"{key}/d{d}/mean"] = float(v.mean())
@@ -406,12 +577,26 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     lines += [f"\nbaseline {line}" for line in skipped]
     lines.append("")
     if any(_exact(cfg, d) for d in dims):
-        lines.append(f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies.")
-    lines.append("The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way." if cfg["ema"] > 0 else "The sampler is the last iterate (ema = 0).")
-    lines.append("mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob).")
-    lines.append("heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples.")
-    lines.append("seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included).")
-    lines.append("theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower).")
+        lines.append(
+            f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies."
+        )
+    lines.append(
+        "The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way."
+        if cfg["ema"] > 0
+        else "The sampler is the last iterate (ema = 0)."
+    )
+    lines.append(
+        "mean_field_*: the fixed point of a perfectly trained diagonal theta density (lingauss-diag) against the exact posterior, a bias of that model (ExactPosterior.mean_field_log_prob)."
+    )
+    lines.append(
+        "heldout_nll: mean over posterior samples of -log P(D' | G, theta) on the 100 held-out rows (nats); heldout_nll_bma: of the model average; expected_shd, auroc: against the simulated graph; <baseline>_*: the same for each baseline's samples."
+    )
+    lines.append(
+        "seconds: training time of one dataset (its updates and evaluations, summed over resumed sessions; sampling, scoring and the baselines not included)."
+    )
+    lines.append(
+        "theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower)."
+    )
     write_table(out, "\n".join(lines).strip() + "\n", history, out / f"d{next(iter(rows))}" / "data0", ("posterior.png",))
     return metrics | {"datasets": cfg["datasets"]}
 
@@ -432,7 +617,11 @@ def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> N
     panels = []
     if exact:
         for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
-            labels = {"JSP-GFN, exact P_T": f"{feature}_rmse", f"JSP-GFN, {samples} samples": f"{feature}_rmse_samples", "last iterate, exact P_T": f"last_{feature}_rmse"}
+            labels = {
+                "JSP-GFN, exact P_T": f"{feature}_rmse",
+                f"JSP-GFN, {samples} samples": f"{feature}_rmse_samples",
+                "last iterate, exact P_T": f"last_{feature}_rmse",
+            }
             labels |= {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{feature}_rmse" for b in baselines}
             series = {label: [m[key] for m in ms] for label, key in labels.items() if all(key in m for m in ms)}
             references = {"Lahlou et al. T3": (PAPER["lahlou_table3"][d][f"{feature}_rmse_samples"], 0.0)} if d in PAPER["lahlou_table3"] else {}
@@ -440,7 +629,13 @@ def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> N
                 references[f"Deleu et al. D.1 ({D1_ROWS[model]})"] = PAPER["deleu_d1"][model][f"{feature}_rmse_samples"]
             panels.append((f"{title} features: RMSE against the exact posterior", series, references))
         series = {"JSP-GFN": [m["theta_nll"] for m in ms], "exact sampler": [m["theta_nll_exact"] for m in ms]}
-        panels.append(("Params: mean -log P(theta | G, D) (no 1/N)", series, {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)} if d in PAPER["lahlou_table3"] else {}))
+        panels.append(
+            (
+                "Params: mean -log P(theta | G, D) (no 1/N)",
+                series,
+                {"Lahlou et al. T3": (PAPER["lahlou_table3"][d]["theta_nll"], 0.0)} if d in PAPER["lahlou_table3"] else {},
+            )
+        )
     else:
         for key, title in (("heldout_nll", "expected held-out NLL (nats)"), ("expected_shd", "E-SHD"), ("auroc", "AUROC of the edge marginals")):
             labels = {"JSP-GFN": key} | {BASELINE_NAMES[b]: f"{b.replace('-', '_')}_{key}" for b in baselines}
@@ -449,4 +644,14 @@ def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> N
     plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} datasets (lines: means)")
 
 
-register(Experiment("jsp-table", "Table 3 / C.2, D.1 (d <= 5, against the exact posterior) and section 5.2 (d = 20, held-out NLL, E-SHD, AUROC beside the baselines): JSP-GFN over datasets", TABLE_SETTINGS, TABLE_PRESETS, run_table, lambda cfg: validate(cfg | {"data": ""}, max(_dims(cfg))), multi_run=True))
+register(
+    Experiment(
+        "jsp-table",
+        "Table 3 / C.2, D.1 (d <= 5, against the exact posterior) and section 5.2 (d = 20, held-out NLL, E-SHD, AUROC beside the baselines): JSP-GFN over datasets",
+        TABLE_SETTINGS,
+        TABLE_PRESETS,
+        run_table,
+        lambda cfg: validate(cfg | {"data": ""}, max(_dims(cfg))),
+        multi_run=True,
+    )
+)

@@ -6,6 +6,7 @@ folder for the replicas (``--out``), starts ``N`` processes on this machine with
 returns rank 0's exit code. Each replica runs :func:`gflownet_measure.experiments.cli.main` with the same arguments, less
 ``--world-size``: the command line's ``torchrun`` path (:mod:`gflownet_measure.distributed`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,15 @@ def launch_replicas(args: argparse.Namespace, out: Path) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=args.world_size, run_id=uuid.uuid4().hex,
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0",  # torchrun --standalone: a store on a free local port
-        max_restarts=0, start_method="spawn", monitor_interval=0.1,
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=args.world_size,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",  # torchrun --standalone: a store on a free local port
+        max_restarts=0,
+        start_method="spawn",
+        monitor_interval=0.1,
     )
     codes = elastic_launch(config, _replica)(replica_argv(args, out))
     return codes[0]

@@ -6,6 +6,7 @@ on runs of a few updates at two batch sizes; the difference divided by the items
 interpreter and torch (about 0.4 GB). They are estimates, not bounds: the refusal is for settings that exceed the
 available memory, and a setting within it can still run out beside other work.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,4 +32,6 @@ def require_memory(estimate: float, setting: str) -> None:
     """Raise a :class:`~gflownet_measure.experiments.settings.ConfigError` naming ``setting`` when ``estimate`` bytes exceed the available memory."""
     free = available_bytes()
     if estimate > free:
-        raise ConfigError(f"{setting} needs about {estimate / 2**30:,.1f} GiB of memory at its peak (estimated), and {free / 2**30:,.1f} GiB is available; lower it")
+        raise ConfigError(
+            f"{setting} needs about {estimate / 2**30:,.1f} GiB of memory at its peak (estimated), and {free / 2**30:,.1f} GiB is available; lower it"
+        )

@@ -17,6 +17,7 @@ Metrics (held-out points, one fixed dequantisation):
   run on the training split (``fd_digits``; ``fd_digits_train_vs_test``: the same distance between the training and
   held-out images, its floor at these sample sizes) (:mod:`gflownet_measure.experiments.sample_quality`).
 """
+
 from __future__ import annotations
 
 import math
@@ -46,7 +47,11 @@ SETTINGS = {
     "data_dir": Setting("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True),
     **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
     **training_settings(without=("lr_logZ", "lr_flow", "epsilon", "lr_backward")),  # no log Z, no state flow, batches of its own (data); lr_backward below
-    "backward_rule": Setting("elbo", "how a learned P_B trains (learn_backward=true): elbo (the same bound as P_F, path-wise through reparametrised walks) or tbc (MLE-GFN, Zhang et al. 2023a: trajectory-balance consistency over tbc_samples walks per point, P_F by the bound with P_B held)", choices=("elbo", "tbc")),
+    "backward_rule": Setting(
+        "elbo",
+        "how a learned P_B trains (learn_backward=true): elbo (the same bound as P_F, path-wise through reparametrised walks) or tbc (MLE-GFN, Zhang et al. 2023a: trajectory-balance consistency over tbc_samples walks per point, P_F by the bound with P_B held)",
+        choices=("elbo", "tbc"),
+    ),
     "tbc_weight": Setting(1.0, "backward_rule=tbc: alpha, the weight of the consistency term", low=0.0),
     "tbc_samples": Setting(2, "backward_rule=tbc: K backward walks per data point (the batch holds batch_size x K walks)", low=2),
     "lr_backward": Setting(0.0, "Adam learning rate of a learned P_B (0 = lr); the theory paper's appendix C.6: 2e-5 against 2e-4 for P_F", low=0.0),
@@ -58,12 +63,49 @@ SETTINGS = {
 
 PRESETS = {
     # a working sampler on a 2-D set in about two minutes on one CPU thread
-    "quick": {"data": "moons", "n_steps": 20, "hidden": 64, "steps": 800, "batch_size": 256, "lr": 3e-3, "eval_every": 200, "eval_points": 1000, "iw_samples": 16, "n_samples": 2000},
+    "quick": {
+        "data": "moons",
+        "n_steps": 20,
+        "hidden": 64,
+        "steps": 800,
+        "batch_size": 256,
+        "lr": 3e-3,
+        "eval_every": 200,
+        "eval_points": 1000,
+        "iw_samples": 16,
+        "n_samples": 2000,
+    },
     # the CPU comparison: an MLP denoiser (width 256) on the 64 pixels of the digits, T = 10 (about 10 minutes a run on one thread)
-    "digits": {"data": "digits", "n_steps": 10, "hidden": 256, "steps": 1000, "batch_size": 64, "lr": 2e-3, "lr_milestone": 400, "lr_gamma": 0.5, "eval_every": 250, "iw_samples": 64, "n_samples": 1000},
+    "digits": {
+        "data": "digits",
+        "n_steps": 10,
+        "hidden": 256,
+        "steps": 1000,
+        "batch_size": 64,
+        "lr": 2e-3,
+        "lr_milestone": 400,
+        "lr_gamma": 0.5,
+        "eval_every": 250,
+        "iw_samples": 64,
+        "n_samples": 1000,
+    },
     # Lahlou et al. 2023 section 4.5 and appendix C.6: ImageNet-32, T = 100, MLE-GFN's rule, lr 2e-4 (P_F) and 2e-5 (P_B);
     # an MLP (not the paper's U-Net), meant for a GPU; 100,000 of the paper's 200,000 updates
-    "paper": {"data": "imagenet32", "n_steps": 100, "hidden": 2048, "steps": 100000, "batch_size": 128, "lr": 2e-4, "lr_backward": 2e-5, "backward_rule": "tbc", "eval_every": 5000, "eval_points": 10000, "iw_samples": 16, "monitor_points": 512, "n_samples": 1000},
+    "paper": {
+        "data": "imagenet32",
+        "n_steps": 100,
+        "hidden": 2048,
+        "steps": 100000,
+        "batch_size": 128,
+        "lr": 2e-4,
+        "lr_backward": 2e-5,
+        "backward_rule": "tbc",
+        "eval_every": 5000,
+        "eval_points": 10000,
+        "iw_samples": 16,
+        "monitor_points": 512,
+        "n_samples": 1000,
+    },
 }
 
 
@@ -225,7 +267,16 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     }
 
 
-register(Experiment("mle-diffusion", "diffusion model as a GFlowNet trained from data by maximum likelihood, P_B learned or DDPM's (Zhang et al. 2023a; section 4.5)", SETTINGS, PRESETS, run, _validate))
+register(
+    Experiment(
+        "mle-diffusion",
+        "diffusion model as a GFlowNet trained from data by maximum likelihood, P_B learned or DDPM's (Zhang et al. 2023a; section 4.5)",
+        SETTINGS,
+        PRESETS,
+        run,
+        _validate,
+    )
+)
 
 # --- The comparison of Table 4: learned against fixed P_B, same steps and seeds -----------------------------
 
@@ -274,8 +325,17 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     unit = "bpd" if "bpd_bound" in finished[0] else "nll"
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
     by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _, _ in ROWS}
-    history = [{"step": i + 1, "trajectories": 0, "row": label, "seed": seed, **{n: m[n] for n in names}} for i, ((label, _, seed), m) in enumerate(zip(keys, finished))]
-    metrics, lines = {}, [f"{cfg['data']}: mean ± sample std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})", f"{'row':<24}" + "".join(f"{n:>22}" for n in names)]
+    history = [
+        {"step": i + 1, "trajectories": 0, "row": label, "seed": seed, **{n: m[n] for n in names}}
+        for i, ((label, _, seed), m) in enumerate(zip(keys, finished))
+    ]
+    metrics, lines = (
+        {},
+        [
+            f"{cfg['data']}: mean ± sample std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})",
+            f"{'row':<24}" + "".join(f"{n:>22}" for n in names),
+        ],
+    )
     for label, vals in by_row.items():
         cells = []
         for n in names:
@@ -297,8 +357,22 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         lines.append(f"{folder + ' - fixed (paired)':<24}" + "".join(diff_cells))
     lines.append(f"paper: {PAPER}")
     write_table(out, "\n".join(lines) + "\n", history, jobs[0].out, ("samples.png",))
-    _variance_figure([(label, job.out / "samples.npz") for (label, _, _), job in zip(keys, jobs)], out / "variances.png", f"{cfg['data']}, T = {cfg['n_steps']}: P_B's noising variances, every seed")
+    _variance_figure(
+        [(label, job.out / "samples.npz") for (label, _, _), job in zip(keys, jobs)],
+        out / "variances.png",
+        f"{cfg['data']}, T = {cfg['n_steps']}: P_B's noising variances, every seed",
+    )
     return metrics | {"seeds": cfg["seeds"]}
 
 
-register(Experiment("mle-diffusion-table", "Table 4: learned P_B (MLE-GFN's TBC rule, and the bound) against fixed (DDPM) over seeds, held-out NLL and sample quality, paired differences", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))
+register(
+    Experiment(
+        "mle-diffusion-table",
+        "Table 4: learned P_B (MLE-GFN's TBC rule, and the bound) against fixed (DDPM) over seeds, held-out NLL and sample quality, paired differences",
+        TABLE_SETTINGS,
+        TABLE_PRESETS,
+        run_table,
+        _validate_table,
+        multi_run=True,
+    )
+)

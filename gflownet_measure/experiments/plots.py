@@ -4,6 +4,7 @@ A figure is never worth a run's results: every drawing function here, and an exp
 is wrapped by :func:`optional_figure`, so that a figure that fails is a :class:`FigureWarning` naming the file and
 the cause while the run goes on to write its samples and metrics.
 """
+
 from __future__ import annotations
 
 import functools
@@ -17,7 +18,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["FigureWarning", "optional_figure", "plot_history", "plot_terminal_samples", "plot_grid_pair", "plot_bands", "plot_density_panels", "plot_sample_panels", "plot_scatter_panels", "plot_per_dataset", "plot_edge_marginals"]
+__all__ = [
+    "FigureWarning",
+    "optional_figure",
+    "plot_history",
+    "plot_terminal_samples",
+    "plot_grid_pair",
+    "plot_bands",
+    "plot_density_panels",
+    "plot_sample_panels",
+    "plot_scatter_panels",
+    "plot_per_dataset",
+    "plot_edge_marginals",
+]
 
 
 class FigureWarning(UserWarning):
@@ -89,7 +102,9 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
 
 
 @optional_figure
-def plot_bands(curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None, floor: tuple[str, float] | None = None) -> None:
+def plot_bands(
+    curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None, floor: tuple[str, float] | None = None
+) -> None:
     """Mean curves with a min-max band across seeds: ``curves[label] = (x [T], values [S, T])``.
 
     ``panels`` groups labels into side-by-side axes (``{panel title: [labels]}``); default one axis. ``floor = (label,
@@ -132,7 +147,9 @@ def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, 
 
 
 @optional_figure
-def plot_sample_panels(density: np.ndarray, extent: tuple[float, float, float, float], samples: dict[str, np.ndarray], path: Path, title: str, max_points: int = 2000) -> None:
+def plot_sample_panels(
+    density: np.ndarray, extent: tuple[float, float, float, float], samples: dict[str, np.ndarray], path: Path, title: str, max_points: int = 2000
+) -> None:
     """One panel per sample set ``[K, 2]``: the points over the target's density image ``[nx, ny]`` on ``extent``."""
     fig, axes = plt.subplots(1, len(samples), figsize=(4.2 * len(samples), 4), squeeze=False)
     for ax, (name, x) in zip(axes[0], samples.items()):

@@ -14,6 +14,7 @@ three levels (0.1, 0.6, 2.6; :func:`gflownet_measure.environments.quarter_disc.r
 (``level_mass_<v>``). Its floor ``level_tv_floor`` is the exact expected value for ``eval_samples`` exact samples
 (:func:`gflownet_measure.metrics.expected_sample_tv`); ``level_tv_exact_samples`` is the value of the rejection samples.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,12 @@ from .training_config import TrainingConfig, training_settings
 SETTINGS = {
     **env.SETTINGS,
     **training_settings(without=("lr_backward",)),
-    "objective": Setting("tb", "training objective (gflownet_measure.objectives; flow matching needs atoms only)", choices=objective_names(divergence=False, continuous=True), aliases=("loss",)),
+    "objective": Setting(
+        "tb",
+        "training objective (gflownet_measure.objectives; flow matching needs atoms only)",
+        choices=objective_names(divergence=False, continuous=True),
+        aliases=("loss",),
+    ),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
     "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
 }
@@ -86,7 +92,11 @@ class Reference:
     def scores(self, x: Tensor) -> dict:
         """The two JSDs and ``level_tv`` of the terminal states ``x [K, 2]`` (module docstring)."""
         log_kde = kde_log_density(x, self.points, self.bandwidth)
-        return {"jsd_exact": grid_jsd(log_kde, self.log_R), "jsd_rejection": grid_jsd(log_kde, self.log_kde), "level_tv": total_variation(self.level_fractions(x), self.masses)}
+        return {
+            "jsd_exact": grid_jsd(log_kde, self.log_R),
+            "jsd_rejection": grid_jsd(log_kde, self.log_kde),
+            "level_tv": total_variation(self.level_fractions(x), self.masses),
+        }
 
     def level_fractions(self, x: Tensor) -> Tensor:
         """The fraction of ``x [K, 2]`` on each of the reward's levels, ``[3]`` float64."""
@@ -105,7 +115,9 @@ class Reference:
 
     def level_report(self, x: Tensor) -> dict:
         """The fraction of ``x`` on each level and the exact mass, keyed by the level's reward value (``level_mass_2.6``, ``level_mass_2.6_exact``)."""
-        return {f"level_mass_{v:g}{tail}": float(m) for tail, masses in (("", self.level_fractions(x)), ("_exact", self.masses)) for v, m in zip(env.LEVELS, masses)}
+        return {
+            f"level_mass_{v:g}{tail}": float(m) for tail, masses in (("", self.level_fractions(x)), ("_exact", self.masses)) for v, m in zip(env.LEVELS, masses)
+        }
 
 
 @optional_figure
@@ -158,16 +170,21 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")
     if figure2:
         _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
-    return ref.scores(x) | ref.floors() | ref.level_report(x) | {
-        "log_Z_exact": env.LOG_Z,
-        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
-        "log_Z_lower_bound": lower,
-        "log_Z_importance_weighted": iw,
-        "seconds": history[-1]["seconds"],
-        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
-        "steps": cfg["steps"],
-        "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
-    }
+    return (
+        ref.scores(x)
+        | ref.floors()
+        | ref.level_report(x)
+        | {
+            "log_Z_exact": env.LOG_Z,
+            **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
+            "log_Z_lower_bound": lower,
+            "log_Z_importance_weighted": iw,
+            "seconds": history[-1]["seconds"],
+            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
+            "steps": cfg["steps"],
+            "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
+        }
+    )
 
 
 def validate(cfg: dict) -> None:
@@ -219,7 +236,9 @@ def orderings_held(values: dict[tuple, list[float]]) -> dict[str, tuple[int, int
     the expected-lower configuration scores lower, and the number of pairs. ``values[config]`` lists one figure per seed."""
     held = {}
     for label, (i, low, high) in ORDERINGS.items():
-        pairs = [(a, b) for config, lows in values.items() if config[i] == low for a, b in zip(lows, values[config[:i] + (high,) + config[i + 1:]], strict=True)]
+        pairs = [
+            (a, b) for config, lows in values.items() if config[i] == low for a, b in zip(lows, values[config[:i] + (high,) + config[i + 1 :]], strict=True)
+        ]
         held[label] = (sum(a < b for a, b in pairs), len(pairs))
     return held
 
@@ -234,7 +253,12 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     finals: dict[str, list[dict]] = {}
     common = {key: v for key, v in cfg.items() if key not in ("seeds", *EXECUTION_SETTINGS)}
     jobs = [
-        SubRun(out / _name(loss, backward, rho) / f"seed{base_seed + k}", base_seed + k, common | {"objective": loss, "backward": backward, "rho": rho}, {"figure2": _name(loss, backward, rho) == headline and k == 0})
+        SubRun(
+            out / _name(loss, backward, rho) / f"seed{base_seed + k}",
+            base_seed + k,
+            common | {"objective": loss, "backward": backward, "rho": rho},
+            {"figure2": _name(loss, backward, rho) == headline and k == 0},
+        )
         for loss, backward, rho in CONFIGS
         for k in range(cfg["seeds"])
     ]
@@ -244,22 +268,43 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         finals.setdefault(name, []).append(sub_metrics)
     panels = {f"rho = {rho}": [_name(loss, backward, r) for loss, backward, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
     # each run's metrics hold its references' floors (Reference.floors); the figures draw their mean over the runs
-    floor_means = {f"{key}/mean": float(np.mean([m[key] for ms in finals.values() for m in ms])) for key in ("jsd_floor", "jsd_rejection_floor", "level_tv_floor")}
+    floor_means = {
+        f"{key}/mean": float(np.mean([m[key] for ms in finals.values() for m in ms])) for key in ("jsd_floor", "jsd_rejection_floor", "level_tv_floor")
+    }
     for key, floor_key, file, title, ylabel, floor_label in (
         ("jsd_exact", "jsd_floor", "figure1.png", "JSD to the exact reward grid", "JSD", "perfect sampler (rejection samples)"),
-        ("jsd_rejection", "jsd_rejection_floor", "figure1_rejection.png", "JSD to the KDE of rejection samples (the paper's Figure 1 metric)", "JSD", "perfect sampler (rejection samples)"),
-        ("level_tv", "level_tv_floor", "figure1_levels.png", "TV of the masses on the reward's levels 0.1 / 0.6 / 2.6", "total variation", "perfect sampler (expected)"),
+        (
+            "jsd_rejection",
+            "jsd_rejection_floor",
+            "figure1_rejection.png",
+            "JSD to the KDE of rejection samples (the paper's Figure 1 metric)",
+            "JSD",
+            "perfect sampler (rejection samples)",
+        ),
+        (
+            "level_tv",
+            "level_tv_floor",
+            "figure1_levels.png",
+            "TV of the masses on the reward's levels 0.1 / 0.6 / 2.6",
+            "total variation",
+            "perfect sampler (expected)",
+        ),
     ):
         curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
         plot_bands(curves, out / file, f"{title} (mean, min-max over seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
     history = [
-        {"step": row["step"], "trajectories": row["trajectories"]} | {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
+        {"step": row["step"], "trajectories": row["trajectories"]}
+        | {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
         for i, row in enumerate(runs[headline][0])
     ]
     write_table(out, None, history, out / headline / f"seed{base_seed}", ("figure2.png",))
     per_seed = {  # (metric, "final" | "curve") -> configuration name -> one figure per seed
-        (key, when): {name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs] for name, hs in runs.items()}
-        for key in METRICS for when in ("final", "curve")
+        (key, when): {
+            name: [m[key] for m in finals[name]] if when == "final" else [curve_mean([r["trajectories"] for r in h], [r[key] for r in h]) for h in hs]
+            for name, hs in runs.items()
+        }
+        for key in METRICS
+        for when in ("final", "curve")
     }
     metrics = {}
     for name, ms in finals.items():
@@ -275,4 +320,14 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics | floor_means | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
 
 
-register(Experiment("quarter-disc-figure1", "the 8 quarter-disc configurations (loss x P_B x rho) over seeds: Figures 1(b, c) and 2", FIGURE1_SETTINGS, FIGURE1_PRESETS, run_figure1, lambda cfg: validate(cfg | {"rho": min(r for _, _, r in CONFIGS)}), multi_run=True))
+register(
+    Experiment(
+        "quarter-disc-figure1",
+        "the 8 quarter-disc configurations (loss x P_B x rho) over seeds: Figures 1(b, c) and 2",
+        FIGURE1_SETTINGS,
+        FIGURE1_PRESETS,
+        run_figure1,
+        lambda cfg: validate(cfg | {"rho": min(r for _, _, r in CONFIGS)}),
+        multi_run=True,
+    )
+)

@@ -1,4 +1,5 @@
 """Experiments registered by name: settings, presets, a check of the resolved settings, and a run function writing the run-folder contract."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

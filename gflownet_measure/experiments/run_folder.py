@@ -7,6 +7,7 @@
 - One process at a time: an exclusive ``flock`` on the folder itself, held while the run writes. The kernel drops it
   when the process ends, however it ends, so a killed run never leaves a stale lock behind.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -43,7 +44,9 @@ class RunFolder:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._release()
-            raise ConfigError(f"--out {self.out} is in use by another {'run' if self.resume else 'process'} of gflownet-measure; wait for it to end, or choose another folder") from None
+            raise ConfigError(
+                f"--out {self.out} is in use by another {'run' if self.resume else 'process'} of gflownet-measure; wait for it to end, or choose another folder"
+            ) from None
         try:
             self._claim()
         except BaseException:
@@ -62,7 +65,9 @@ class RunFolder:
         if not self.overwrite:
             state = "a finished" if (self.out / "metrics.json").is_file() else "an unfinished"
             of = f"of {saved['experiment']} " if "experiment" in saved else ""
-            raise ConfigError(f"--out {self.out} holds {state} run {of}(seed {saved['seed']}); continue it with --resume, replace it with --overwrite, or choose another folder")
+            raise ConfigError(
+                f"--out {self.out} holds {state} run {of}(seed {saved['seed']}); continue it with --resume, replace it with --overwrite, or choose another folder"
+            )
         foreign = next((p for p in sorted(self.out.rglob("*")) if not p.is_dir() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in RUN_FILES)), None)
         if foreign is not None:
             raise ConfigError(f"--overwrite: {self.out} holds {foreign.relative_to(self.out)}, which no run writes; move it away first (nothing was deleted)")

@@ -9,6 +9,7 @@ digits classifier trained inside the run.
 - :class:`DigitsFeatures`: the hidden layer (ReLU, 64 units) of a small classifier trained in the run on the training
   digits (0-16 scale) with a fixed seed; its test accuracy is reported beside the distance.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -18,6 +18,7 @@ estimate minus the exact log Z (Lahlou et al. 2023's B and B_RW), and ``delta_lo
 log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW). Of the samples (:func:`sample_metrics`): the KS
 distance of the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,11 +50,23 @@ from .training_config import TrainingConfig, training_settings
 SETTINGS = {
     **env.SETTINGS,
     **training_settings(without=("lr_flow", "lr_backward", "epsilon")),  # no state flow; P_B fixed; batches of its own (exploration)
-    "objective": Setting("tb", "training objective (gflownet_measure.objectives; those without a state flow)", choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow)),
-    "regime": Setting("off", "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)", choices=("on", "off", "target")),
+    "objective": Setting(
+        "tb",
+        "training objective (gflownet_measure.objectives; those without a state flow)",
+        choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow),
+    ),
+    "regime": Setting(
+        "off",
+        "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)",
+        choices=("on", "off", "target"),
+    ),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
     "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0),
-    "local_search": Setting(False, "replay-buffer local search (Sendera et al. 2024): every other batch is buffered terminal states refined by MALA, walked back with P_B", choices=(True, False)),
+    "local_search": Setting(
+        False,
+        "replay-buffer local search (Sendera et al. 2024): every other batch is buffered terminal states refined by MALA, walked back with P_B",
+        choices=(True, False),
+    ),
     "ls_every": Setting(100, "local search: refine a batch of buffered states by MALA every this many steps (gfn-diffusion's ls_cycle)", low=1),
     "ls_moves": Setting(200, "local search: MALA moves per refinement (gfn-diffusion's max_iter_ls)", low=1),
     "ls_step": Setting(0.1, "local search: initial MALA step eps^2/2 (gfn-diffusion's ld_step), adapted towards acceptance 0.574", low=1e-8),
@@ -74,9 +87,13 @@ def _validate(cfg: dict) -> None:
     """Settings that do not go together, and the memory of one update: about 3.6 KB per trajectory and time step at
     width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
     if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
-        raise ConfigError(f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off")
+        raise ConfigError(
+            f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off"
+        )
     if cfg.get("local_search") and (get_objective(cfg["objective"]).pathwise or cfg["regime"] == "target"):
-        raise ConfigError(f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl")
+        raise ConfigError(
+            f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl"
+        )
     require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
@@ -263,7 +280,16 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics | sample_metrics(cfg["target"], torch.as_tensor(x))
 
 
-register(Experiment("sde", "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well): TB / reverse KL / forward KL, on- or off-policy; log Z bounds", SETTINGS, PRESETS, run, _validate))
+register(
+    Experiment(
+        "sde",
+        "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well): TB / reverse KL / forward KL, on- or off-policy; log Z bounds",
+        SETTINGS,
+        PRESETS,
+        run,
+        _validate,
+    )
+)
 
 # --- Table 2 / C.1: every row over seeds, beside the paper --------------------------------------------------
 
@@ -347,7 +373,10 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)}
     keys = [(target, label, base_seed + k) for target in cfg["targets"].split(",") for label, _, _, _ in rows for k in range(cfg["seeds"])]
     settings = {label: {"objective": objective, "regime": regime, "langevin": langevin} for label, objective, regime, langevin in rows}
-    jobs = [SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label]) for target, label, seed in keys]
+    jobs = [
+        SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label])
+        for target, label, seed in keys
+    ]
     diverged: dict[tuple[str, str], int] = {}
     finished = run_many(run, jobs, resume, cfg["jobs"], diverged_ok=True, executor=cfg["executor"], address=cfg["address"])
     for (target, label, seed), m in zip(keys, finished):
@@ -357,18 +386,40 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "diverged": m["diverged"]})
             continue
         row.append((m["bias_lower_bound"], m["bias_importance_weighted"]))
-        history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "B": m["bias_lower_bound"], "B_RW": m["bias_importance_weighted"]})
+        history.append(
+            {
+                "step": len(history) + 1,
+                "trajectories": 0,
+                "target": target,
+                "row": label,
+                "seed": seed,
+                "B": m["bias_lower_bound"],
+                "B_RW": m["bias_importance_weighted"],
+            }
+        )
     for target in cfg["targets"].split(","):
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)):  # HMC: annealed importance sampling with HMC moves (no resampling)
             for k in range(cfg["seeds"]):
                 gen = seeded_generator(base_seed + k)
                 torch.manual_seed(base_seed + k)
                 opts = dict(SMC_SETTINGS[target]) | ({"n_moves": 1} if move == "hmc" else {})
-                r = annealed_smc(TARGETS[target].log_prob, TARGETS[target].dim, cfg["smc_particles"], cfg["smc_temps"], move=move, ess_threshold=threshold, generator=gen, **opts)
+                r = annealed_smc(
+                    TARGETS[target].log_prob,
+                    TARGETS[target].dim,
+                    cfg["smc_particles"],
+                    cfg["smc_temps"],
+                    move=move,
+                    ess_threshold=threshold,
+                    generator=gen,
+                    **opts,
+                )
                 results.setdefault(target, {}).setdefault(name, []).append((r.log_Z - TARGETS[target].log_Z, float("nan")))
     metrics, lines = {}, []
     for target, by_row in results.items():
-        lines += [f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seed{'s' if cfg['seeds'] != 1 else ''}; paper: 10 runs)", f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}"]
+        lines += [
+            f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seed{'s' if cfg['seeds'] != 1 else ''}; paper: 10 runs)",
+            f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}",
+        ]
         for label, vals in by_row.items():
             paper = PAPER_TABLE[target].get(label, (None, None))
             n_diverged = diverged.get((target, label), 0)
@@ -391,4 +442,14 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics | {"seeds": cfg["seeds"]}
 
 
-register(Experiment("sde-table", "Table 2 / C.1: bias of B and B_RW for every objective and regime, plus SMC and HMC, beside the paper", TABLE_SETTINGS, TABLE_PRESETS, run_table, _validate_table, multi_run=True))
+register(
+    Experiment(
+        "sde-table",
+        "Table 2 / C.1: bias of B and B_RW for every objective and regime, plus SMC and HMC, beside the paper",
+        TABLE_SETTINGS,
+        TABLE_PRESETS,
+        run_table,
+        _validate_table,
+        multi_run=True,
+    )
+)

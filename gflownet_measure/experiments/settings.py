@@ -1,5 +1,6 @@
 """The command line's settings: layers of ``key=value`` resolved against declared :class:`~gflownet_measure.options.Setting`\\ s,
 and the one error type (:class:`ConfigError`) that the command line prints as one line with exit code 2."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The ending every multi-run table writes in its folder, beside the metrics the command line writes last."""
+
 from __future__ import annotations
 
 import json

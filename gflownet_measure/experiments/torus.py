@@ -17,6 +17,7 @@ For alanine the grid and basin masses use exact OpenMM energies; training reads 
 ``space=hybrid`` (:mod:`gflownet_measure.environments.hybrid_torus`) also ``exact_P_T/{jsd,l1,kl}``: the learned sampler's terminal density itself,
 by enumeration of its discrete choices and quadrature of its angles (:func:`~gflownet_measure.environments.hybrid_torus.terminal_density`).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,13 +49,31 @@ from .training_config import TrainingConfig, training_settings
 SETTINGS = {
     **env.SETTINGS,
     **training_settings(without=("lr_backward", "epsilon")),  # epsilon below: the move is the setting exploration
-    "space": Setting("torus", "torus: every angle moves at each step; hybrid: stay or move one angle per step (gflownet_measure.environments.hybrid_torus; its exact P_T is reported)", choices=("torus", "hybrid")),
+    "space": Setting(
+        "torus",
+        "torus: every angle moves at each step; hybrid: stay or move one angle per step (gflownet_measure.environments.hybrid_torus; its exact P_T is reported)",
+        choices=("torus", "hybrid"),
+    ),
     "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
-    "epsilon": Setting(0.1, "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)", low=0.0, high=1.0),
+    "epsilon": Setting(
+        0.1,
+        "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)",
+        low=0.0,
+        high=1.0,
+    ),
     "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
-    "eval_grid": Setting(120, "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly", low=10, high=400),
+    "eval_grid": Setting(
+        120,
+        "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly",
+        low=10,
+        high=400,
+    ),
     "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians), of both JSDs (the public code's 0.1)", low=1e-3),
-    "paper_samples": Setting(1000, "samples per KDE of the paper's JSD, paper_jsd (appendix C.1: sampler KDE vs target-draw KDE; the public code's test n: 1,000 for R6, 10,000 for alanine); at most eval_samples", low=10),
+    "paper_samples": Setting(
+        1000,
+        "samples per KDE of the paper's JSD, paper_jsd (appendix C.1: sampler KDE vs target-draw KDE; the public code's test n: 1,000 for R6, 10,000 for alanine); at most eval_samples",
+        low=10,
+    ),
 }
 PAPER_TEST_POINTS = 1000  # the public code's test grid: ceil(1000^(1/n)) points per angle (closed_grid)
 
@@ -150,7 +169,10 @@ def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, t
     shift = ref.G // 2  # grid columns from [0, 360) to [-180, 180)
     roll = lambda img: np.roll(np.roll(img, shift, 0), shift, 1)  # noqa: E731
     box = (-180.0, 180.0, -180.0, 180.0)
-    panels = [("exact Boltzmann density (OpenMM)", roll(_image(ref, ref.log_R)), box), (f"KDE of {n_samples} GFlowNet samples", roll(_image(ref, log_kde)), box)]
+    panels = [
+        ("exact Boltzmann density (OpenMM)", roll(_image(ref, ref.log_R)), box),
+        (f"KDE of {n_samples} GFlowNet samples", roll(_image(ref, log_kde)), box),
+    ]
     plot_density_panels(panels, path, title, share=(0, 1))
 
 
@@ -175,19 +197,32 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
     floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
     exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
-    metrics = ref.distances(x, log_kde=log_kde) | ref.paper_jsd(x, cfg["paper_samples"], paper_seed) | floor | masses | exact | basin_errors(masses, exact) | {
-        "log_Z_exact": ref.log_Z,
-        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
-        "log_Z_lower_bound": lower,
-        "log_Z_importance_weighted": iw,
-        "seconds": history[-1]["seconds"],
-        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
-        "steps": cfg["steps"],
-        "trajectories": cfg["steps"] * cfg["batch_size"],
-    } | {f"target/{k}": v for k, v in target.info}
+    metrics = (
+        ref.distances(x, log_kde=log_kde)
+        | ref.paper_jsd(x, cfg["paper_samples"], paper_seed)
+        | floor
+        | masses
+        | exact
+        | basin_errors(masses, exact)
+        | {
+            "log_Z_exact": ref.log_Z,
+            **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
+            "log_Z_lower_bound": lower,
+            "log_Z_importance_weighted": iw,
+            "seconds": history[-1]["seconds"],
+            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
+            "steps": cfg["steps"],
+            "trajectories": cfg["steps"] * cfg["batch_size"],
+        }
+        | {f"target/{k}": v for k, v in target.info}
+    )
     if cfg["space"] == "hybrid":  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
         log_p_T = hybrid_torus.terminal_density(graph, pf, ref.G).clamp(min=1e-300).log()
-        metrics |= {"exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R), "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()), "exact_P_T/kl": grid_kl(ref.log_R, log_p_T)}
+        metrics |= {
+            "exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R),
+            "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()),
+            "exact_P_T/kl": grid_kl(ref.log_R, log_p_T),
+        }
     label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
@@ -213,4 +248,8 @@ def validate(cfg: dict) -> None:
     require_memory(4.1 * cfg["batch_size"] * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={cfg['batch_size']}")
 
 
-register(Experiment("torus", "continuous torus, von Mises mixture policies, R6 or alanine dipeptide; JSD, basin masses and log Z vs exact", SETTINGS, PRESETS, run, validate))
+register(
+    Experiment(
+        "torus", "continuous torus, von Mises mixture policies, R6 or alanine dipeptide; JSD, basin masses and log Z vs exact", SETTINGS, PRESETS, run, validate
+    )
+)

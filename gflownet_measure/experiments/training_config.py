@@ -1,5 +1,6 @@
 """The typed training settings every experiment shares (:class:`TrainingConfig`), and each experiment's view of them
 (:func:`training_settings`): its own subset and defaults, declared once through :func:`~gflownet_measure.options.option`."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -14,6 +14,7 @@ expectation) and the importance-weighted :math:`\\log Z` (consistent whatever th
 :math:`w = \\log R(x) + \\sum_t \\log P_B - \\sum_t \\log P_F`. Figures: those estimates over training, and the terminal
 states' coordinates that vary (a histogram for one, a scatter of the first two otherwise).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,17 +59,23 @@ def user_experiment(target: str) -> Experiment:
     factory = load_factory(target, "run")
     own = factory_settings(target, factory, "run")
     if own.required:
-        raise ConfigError(f"run: {target}: parameter {', '.join(own.required)} of {factory.__name__} has no default; give it one (a run folder records every setting, and --resume rebuilds the space from them)")
+        raise ConfigError(
+            f"run: {target}: parameter {', '.join(own.required)} of {factory.__name__} has no default; give it one (a run folder records every setting, and --resume rebuilds the space from them)"
+        )
     clash = sorted(set(own.schema) & set(SETTINGS))
     if clash:
-        raise ConfigError(f"run: {target}: {factory.__name__}'s setting {', '.join(clash)} has the name of a training setting; rename it (training settings: {', '.join(sorted(SETTINGS))})")
+        raise ConfigError(
+            f"run: {target}: {factory.__name__}'s setting {', '.join(clash)} has the name of a training setting; rename it (training settings: {', '.join(sorted(SETTINGS))})"
+        )
 
     def build_space(cfg: dict):
         """The factory's graph and policies for the run's settings (``pb`` uniform where it returns none)."""
         args, kwargs = own.arguments({k: cfg[k] for k in own.schema})  # values the resolved settings already typed
         graph, pf, pb = call_factory(target, factory, args, kwargs, "run")
         if pf is None:
-            raise ConfigError(f"run: {target}: {factory.__name__} returns no forward policy; return (graph, pf) or (graph, pf, pb) to train it (docs/tutorial.md, section 7)")
+            raise ConfigError(
+                f"run: {target}: {factory.__name__} returns no forward policy; return (graph, pf) or (graph, pf, pb) to train it (docs/tutorial.md, section 7)"
+            )
         return graph, pf, pb if pb is not None else UniformPolicy(graph.kappa_b)
 
     def validate(cfg: dict) -> None:
@@ -86,10 +93,14 @@ def user_experiment(target: str) -> Experiment:
                 traj = sample_forward(graph, pf, 2)
                 log_densities(traj, pf, pb)
         except Exception as e:
-            raise ConfigError(f"run: {target}: a trial rollout of 2 trajectories raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+            raise ConfigError(
+                f"run: {target}: a trial rollout of 2 trajectories raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            ) from None
         objective = get_objective(cfg["objective"])
         if objective.atoms_only and any(graph.kappa(graph.source[None]).pieces):
-            raise ConfigError(f"run: objective {objective.name} needs kernels of atoms only, and {target}'s kappa has continuous pieces; valid: {', '.join(n for n in objective_names(batch='trajectories') if not get_objective(n).atoms_only)}")
+            raise ConfigError(
+                f"run: objective {objective.name} needs kernels of atoms only, and {target}'s kappa has continuous pieces; valid: {', '.join(n for n in objective_names(batch='trajectories') if not get_objective(n).atoms_only)}"
+            )
 
     def run(cfg: dict, out: Path, resume: bool) -> dict:
         graph, pf, pb = build_space(cfg)
@@ -113,9 +124,10 @@ def user_experiment(target: str) -> Experiment:
             "steps": cfg["steps"],
             "trajectories": history[-1]["trajectories"],
         }
-        plot_history(history, [k for k in ("log_Z", "log_Z_lower_bound", "log_Z_importance_weighted") if k in history[-1]], out / "log_z.png", graph.name, log_y=False)
+        plot_history(
+            history, [k for k in ("log_Z", "log_Z_lower_bound", "log_Z_importance_weighted") if k in history[-1]], out / "log_z.png", graph.name, log_y=False
+        )
         plot_terminal_samples(x, out / "samples.png", f"{len(x)} terminal states ({cfg['objective']})")
         return metrics
 
     return Experiment(target, f"a space of one's own, {target}", SETTINGS | own.schema, PRESETS, run, validate)
-

@@ -1,6 +1,7 @@
 """A space of one's own for ``gflownet-measure check`` and ``run``: ``MODULE:FACTORY`` or ``PATH.py:FACTORY`` imported and
 called with the ``--set`` pairs. Every mistake (a module that does not load, a missing or non-callable factory, one that raises or
 returns something else than a graph) is a one-line :class:`~gflownet_measure.experiments.settings.ConfigError`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +48,9 @@ def _import_module(target: str, module: str, command: str):
         name = path.stem
         taken = sys.modules.get(name)
         if taken is not None and Path(getattr(taken, "__file__", None) or "").resolve() != path:
-            raise ConfigError(f"{command}: {target}: the module name {name} is already taken by {getattr(taken, '__file__', None) or 'a built-in module'}; rename {path.name}")
+            raise ConfigError(
+                f"{command}: {target}: the module name {name} is already taken by {getattr(taken, '__file__', None) or 'a built-in module'}; rename {path.name}"
+            )
         if str(path.parent) not in sys.path:
             sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(name, path)
@@ -153,14 +156,20 @@ def load_factory(target: str, command: str = "check") -> Callable:
     module = _import_module(target, module_name, command)
     if not hasattr(module, name):
         defined = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module.__name__ and not k.startswith("_"))
-        raise ConfigError(f"{command}: {target}: module {module.__name__} has no attribute {name}; valid: {', '.join(defined) or 'none (it defines no function)'}")
+        raise ConfigError(
+            f"{command}: {target}: module {module.__name__} has no attribute {name}; valid: {', '.join(defined) or 'none (it defines no function)'}"
+        )
     factory = getattr(module, name)
     if not callable(factory):
-        raise ConfigError(f"{command}: {target}: {name} is an object of type {type(factory).__name__}, not callable; expected a function returning a PointedGraph or (graph, pf, pb)")
+        raise ConfigError(
+            f"{command}: {target}: {name} is an object of type {type(factory).__name__}, not callable; expected a function returning a PointedGraph or (graph, pf, pb)"
+        )
     return factory
 
 
-def call_factory(target: str, factory: Callable, args: tuple, kwargs: dict[str, Any], command: str = "check") -> tuple[PointedGraph, Policy | None, Policy | None]:
+def call_factory(
+    target: str, factory: Callable, args: tuple, kwargs: dict[str, Any], command: str = "check"
+) -> tuple[PointedGraph, Policy | None, Policy | None]:
     """``(graph, pf, pb)`` that ``factory(*args, **kwargs)`` returns (``None`` for a policy it does not return); what it
     raises, or a return of another kind, is a one-line :class:`ConfigError`."""
     name = getattr(factory, "__name__", target)
@@ -171,7 +180,9 @@ def call_factory(target: str, factory: Callable, args: tuple, kwargs: dict[str, 
     parts = made if isinstance(made, tuple) else (made,)
     if not (1 <= len(parts) <= 3 and isinstance(parts[0], PointedGraph) and all(p is None or isinstance(p, Policy) for p in parts[1:])):
         got = f"({', '.join(type(p).__name__ for p in parts)})" if isinstance(made, tuple) else type(made).__name__
-        raise ConfigError(f"{command}: {target}: {name} returned {got}; expected a PointedGraph or a tuple (graph, pf, pb) of a PointedGraph and Policy or None")
+        raise ConfigError(
+            f"{command}: {target}: {name} returned {got}; expected a PointedGraph or a tuple (graph, pf, pb) of a PointedGraph and Policy or None"
+        )
     graph, pf, pb = parts + (None,) * (3 - len(parts))
     return graph, pf, pb
 

@@ -7,6 +7,7 @@ enumerated for ``d <= 5``, an importance rule beyond), :mod:`.network`, :mod:`.t
 :mod:`.policy` (the forward policy), :mod:`.objective` (the transition loss), :mod:`.replay` and :mod:`.sampling`,
 :mod:`.evaluation` (the policy's exact marginals and the metrics of Table 3 / D.1).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,12 +55,31 @@ MAX_NODES = 100
 class DagParamsConfig:
     """The data (simulated Erdos-Renyi, or a user's CSV), the CPD model and the policy network of JSP-GFN."""
 
-    d: int = option(3, "number of variables of simulated data (a CSV sets its own); beyond 5 nu is not enumerated and the exact posterior is unavailable", low=2, high=MAX_NODES)
-    data: str = option("", "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); pgmpy:NAME: n_data + n_valid rows simulated from pgmpy's discrete network NAME, e.g. pgmpy:sachs, its graph known (the extra pgmpy); empty: simulated Erdos-Renyi data", path=True, keywords=("sachs", "pgmpy:"))
-    interventions: str = option("", "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (every CPD model)", path=True)
-    bins: int = option(0, "discretise every variable into this many quantile bins of the training rows (0: the data as they are; data=sachs: 0 means 3, tertiles)", low=0)
+    d: int = option(
+        3,
+        "number of variables of simulated data (a CSV sets its own); beyond 5 nu is not enumerated and the exact posterior is unavailable",
+        low=2,
+        high=MAX_NODES,
+    )
+    data: str = option(
+        "",
+        "a CSV file (header = variable names, one column per variable, optionally an 'intervention' column of targets); sachs: the shipped Sachs et al. 2005 flow-cytometry data with its interventions (docs/sachs.md); pgmpy:NAME: n_data + n_valid rows simulated from pgmpy's discrete network NAME, e.g. pgmpy:sachs, its graph known (the extra pgmpy); empty: simulated Erdos-Renyi data",
+        path=True,
+        keywords=("sachs", "pgmpy:"),
+    )
+    interventions: str = option(
+        "",
+        "a CSV of the interventions of data=PATH.csv: one column of targets per row (node names separated by ';', empty or none: observational), or one 0/1 column per node; perfect interventions drop the target's CPD term (every CPD model)",
+        path=True,
+    )
+    bins: int = option(
+        0, "discretise every variable into this many quantile bins of the training rows (0: the data as they are; data=sachs: 0 means 3, tertiles)", low=0
+    )
     subsample: int = option(0, "train on this many random training rows (0: all; JSP-GFN Fig. 4a uses 100 of the Sachs rows)", low=0)
-    sachs_heldout: str = option("u0126,ly294002", "data=sachs: the conditions held out and scored by the interventional NLL (keys cd3cd28, icam2, akt, g0076, psitect, u0126, ly294002, pma, b2camp or 1..9); the others are trained on")
+    sachs_heldout: str = option(
+        "u0126,ly294002",
+        "data=sachs: the conditions held out and scored by the interventional NLL (keys cd3cd28, icam2, akt, g0076, psitect, u0126, ly294002, pma, b2camp or 1..9); the others are trained on",
+    )
     sachs_rows: int = option(600, "data=sachs: random rows kept per condition (0: all; 600 gives the paper's N = 4,200 over 7 training conditions)", low=0)
     data_seed: int = option(0, "seed of the simulated graph, parameters and data", low=0)
     n_data: int = option(100, "simulated training rows N", low=2)
@@ -69,15 +89,31 @@ class DagParamsConfig:
     prior_var: float = option(1.0, "variance of the N(0, .) prior on each active parameter", low=1e-8)
     graph_prior: str = option("uniform", "prior over DAGs", choices=GRAPH_PRIORS)
     max_parents: int = option(0, "at most this many parents per node (0: no limit)", low=0)
-    model: str = option("lingauss-diag", "CPDs and P_phi(theta | G): linear Gaussian with a diagonal or full-covariance Normal, MLP Gaussian CPDs (5 hidden units), categorical MLP CPDs (16 hidden units; integer data), zero-inflated Normal MLP CPDs (16 hidden units; exact zeros are dropouts, JSP-GFN eq. D.18)", choices=tuple(MODELS))
+    model: str = option(
+        "lingauss-diag",
+        "CPDs and P_phi(theta | G): linear Gaussian with a diagonal or full-covariance Normal, MLP Gaussian CPDs (5 hidden units), categorical MLP CPDs (16 hidden units; integer data), zero-inflated Normal MLP CPDs (16 hidden units; exact zeros are dropouts, JSP-GFN eq. D.18)",
+        choices=tuple(MODELS),
+    )
     hidden: int = option(128, "width of the backbone and heads", low=1)
     # the public JSP-GFN code scales by N; measured here at d = 5 (quick preset, 2,000 updates) that starts from a far more
     # peaked policy and learns slower: KL(P(G|D) || P_T) = 46-50 with N (lr 3e-5 or 1e-4) against 0.63 with 1 (lr 3e-4)
     logit_scale: float = option(1.0, "multiply the edge and stop logits by this (0: the number of data rows N, as the public JSP-GFN code does)", low=0.0)
-    theta_head: str = option("amortised", "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (the network's mean refined by solver_steps conjugate-gradient steps on log R(G, .), the scale from its curvature; docs/cpd_models.md)", choices=("amortised", "solver"))
+    theta_head: str = option(
+        "amortised",
+        "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (the network's mean refined by solver_steps conjugate-gradient steps on log R(G, .), the scale from its curvature; docs/cpd_models.md)",
+        choices=("amortised", "solver"),
+    )
     solver_steps: int = option(10, "theta_head=solver: preconditioned conjugate-gradient steps T on log R(G, .) per graph", low=0)
-    lookahead: str = option("off", "shift the edge and stop logits by the one-step lookahead of a closed-form marginal score log P(G, D), a forward-looking parametrisation that sets where training starts, not its fixed point (docs/cpd_models.md): on (the model's own marginal for linear-Gaussian CPDs; the BDeu score for categorical CPDs, the linear-Gaussian marginal for the other continuous ones), off, or auto (on for linear-Gaussian CPDs only)", choices=("off", "on", "auto"))
-    solver_rows: int = option(0, "theta_head=solver: the data rows its log R reads, a random subset fixed by data_seed when the run starts (0: all N; never the update's mini-batch)", low=0)
+    lookahead: str = option(
+        "off",
+        "shift the edge and stop logits by the one-step lookahead of a closed-form marginal score log P(G, D), a forward-looking parametrisation that sets where training starts, not its fixed point (docs/cpd_models.md): on (the model's own marginal for linear-Gaussian CPDs; the BDeu score for categorical CPDs, the linear-Gaussian marginal for the other continuous ones), off, or auto (on for linear-Gaussian CPDs only)",
+        choices=("off", "on", "auto"),
+    )
+    solver_rows: int = option(
+        0,
+        "theta_head=solver: the data rows its log R reads, a random subset fixed by data_seed when the run starts (0: all N; never the update's mini-batch)",
+        low=0,
+    )
 
     def __post_init__(self):
         check_options(self)
@@ -139,13 +175,22 @@ def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Proble
     valid = valid_mask = true_adj = mask = truth = None
     if config.data == "sachs":
         if cpd != "categorical-mlp":
-            raise ValueError(f"data=sachs is discretised into {config.bins or 3} states per protein (categorical); model={config.model} is continuous: use model=categorical-mlp")
+            raise ValueError(
+                f"data=sachs is discretised into {config.bins or 3} states per protein (categorical); model={config.model} is continuous: use model=categorical-mlp"
+            )
         split = sachs_split(config.sachs_heldout, config.sachs_rows, config.bins or 3, config.data_seed)
-        data, mask, valid, valid_mask, true_adj, names = split.train, split.train_interventions, split.heldout, split.heldout_interventions, consensus_graph(), split.names
+        data, mask, valid, valid_mask, true_adj, names = (
+            split.train,
+            split.train_interventions,
+            split.heldout,
+            split.heldout_interventions,
+            consensus_graph(),
+            split.names,
+        )
     elif config.data.startswith(PGMPY):
         if cpd != "categorical-mlp":
             raise ValueError(f"data={config.data} simulates categorical states; model={config.model} is continuous: use model=categorical-mlp")
-        sim = simulate_pgmpy(config.data[len(PGMPY):], config.n_data, config.n_valid, config.data_seed)
+        sim = simulate_pgmpy(config.data[len(PGMPY) :], config.n_data, config.n_valid, config.data_seed)
         data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, sim.names
         truth = sim.valid_nll if config.n_valid else None
     elif config.data:
@@ -161,7 +206,9 @@ def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Proble
         sim = simulate(config.d, config.edges_per_node, config.n_data, config.n_valid, seed=config.data_seed, obs_std=config.obs_var**0.5)
         data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, tuple(sim.names)
     if data.shape[1] > MAX_NODES:  # a CSV's columns or a pgmpy network's variables (simulated data are bounded by d)
-        raise ValueError(f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns")
+        raise ValueError(
+            f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns"
+        )
     if config.subsample:
         if config.subsample > data.shape[0]:
             raise ValueError(f"subsample={config.subsample} exceeds the {data.shape[0]} training rows; lower it, or 0 for all")
@@ -169,7 +216,15 @@ def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Proble
         data, mask = data[keep], None if mask is None else mask[keep]
 
     def model_on(rows: Tensor, interventions: Tensor | None) -> CPDModel:
-        return make_model(cpd, rows, obs_var=config.obs_var, prior_var=config.prior_var, graph_prior=config.graph_prior, edges_per_node=config.edges_per_node, interventions=interventions)
+        return make_model(
+            cpd,
+            rows,
+            obs_var=config.obs_var,
+            prior_var=config.prior_var,
+            graph_prior=config.graph_prior,
+            edges_per_node=config.edges_per_node,
+            interventions=interventions,
+        )
 
     true_adj = None if true_adj is None else true_adj.to(torch.get_default_device())  # beside the sampled graphs (--device)
     return Problem(model_on(data, mask), None if valid is None else model_on(valid, valid_mask), true_adj, tuple(names), truth)

@@ -10,6 +10,7 @@ pass over the lattice of DAGs by edge count:
 (:math:`P^\\top`: the probability of passing through :math:`(G, \\#)`), and :math:`P_T(G, \\theta) = P_T(G) P_\\phi(\\theta | G)`.
 This replaces the beam-search estimate of Deleu et al. 2023, D.3.2 where enumeration is possible.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,18 @@ from gflownet_measure.bayesnets.structure_metrics import auroc, expected_shd, fe
 from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.training import seeded_generator
 
-__all__ = ["model_graph_log_marginals", "estimate_graph_log_marginal", "fit_sample_count", "graph_metrics", "mean_field_metrics", "posterior_metrics", "heldout_metrics", "sample_metrics", "conditional_theta_metrics", "fit_metrics"]
+__all__ = [
+    "model_graph_log_marginals",
+    "estimate_graph_log_marginal",
+    "fit_sample_count",
+    "graph_metrics",
+    "mean_field_metrics",
+    "posterior_metrics",
+    "heldout_metrics",
+    "sample_metrics",
+    "conditional_theta_metrics",
+    "fit_metrics",
+]
 
 
 @torch.no_grad()
@@ -110,7 +122,9 @@ def _log_order_sums(policy: JSPPolicy, graphs: Tensor, beam: int, n_orders: int,
         part_is[rows, nxt] = True
     log_beam = final_log_p.logsumexp(1)
     kept = (final_log_p > ninf).nonzero()  # [(g, w)]: the orders of the beams, tagged by graph, against the drawn ones
-    _, member = torch.unique(torch.cat([torch.cat([kept[:, :1], final[kept[:, 0], kept[:, 1]]], 1), torch.cat([owner[:, None], orders], 1)]), dim=0, return_inverse=True)
+    _, member = torch.unique(
+        torch.cat([torch.cat([kept[:, :1], final[kept[:, 0], kept[:, 1]]], 1), torch.cat([owner[:, None], orders], 1)]), dim=0, return_inverse=True
+    )
     terms = torch.where(torch.isin(member[len(kept) :], member[: len(kept)]), ninf, log_is)  # the orders outside the beam
     peak = torch.full((G,), ninf, dtype=torch.float64).scatter_reduce(0, owner, terms, "amax")
     peak = torch.where(peak > ninf, peak, torch.zeros_like(peak))
@@ -119,7 +133,9 @@ def _log_order_sums(policy: JSPPolicy, graphs: Tensor, beam: int, n_orders: int,
 
 
 @torch.no_grad()
-def estimate_graph_log_marginal(policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None, progress: bool = False, rows: int = 2**16) -> Tensor:
+def estimate_graph_log_marginal(
+    policy: JSPPolicy, adj: Tensor, beam: int = 128, n_orders: int = 1000, generator: torch.Generator | None = None, progress: bool = False, rows: int = 2**16
+) -> Tensor:
     """:math:`\\log P_T(G)` ``[B]`` float64 of the graphs ``adj [B, d, d]`` by the estimator of Deleu et al. 2023, D.3.2
     (docs/references.md, 'Beam-search estimate of log P_T (D.3.2)'), for spaces too large for :func:`model_graph_log_marginals`:
 
@@ -274,7 +290,9 @@ def sample_metrics(problem, graphs: Tensor, thetas: Tensor) -> dict:
 
 
 @torch.no_grad()
-def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, graphs: Tensor, true_adj: Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+def conditional_theta_metrics(
+    model: LinearGaussian, heldout: LinearGaussian, graphs: Tensor, true_adj: Tensor | None = None, generator: torch.Generator | None = None
+) -> dict:
     """Where the held-out error of linear-Gaussian samples ``graphs [K, d, d]`` lies when the joint posterior cannot be
     enumerated (d > 5): their graphs scored with parameters from the exact conditional posterior
     :math:`\\theta^*_k \\sim P(\\theta | G_k, D)` (Deleu et al. 2023, eq. D.24; :meth:`LinearGaussian.sample_theta_posterior`)
@@ -295,7 +313,16 @@ def conditional_theta_metrics(model: LinearGaussian, heldout: LinearGaussian, gr
 
 
 @torch.no_grad()
-def fit_metrics(policy: JSPPolicy, model, graphs: Tensor, thetas: Tensor, generator: torch.Generator | None = None, progress: bool = False, n_orders: int = 1000, budget: float | None = None) -> tuple[dict, dict]:
+def fit_metrics(
+    policy: JSPPolicy,
+    model,
+    graphs: Tensor,
+    thetas: Tensor,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+    n_orders: int = 1000,
+    budget: float | None = None,
+) -> tuple[dict, dict]:
     """:math:`\\log P_T(G_k, \\theta_k) = \\log \\hat P_T(G_k) + \\log P_\\phi(\\theta_k | G_k)` against :math:`\\log R(G_k, \\theta_k)`
     on samples, with :math:`\\hat P_T(G)` the beam-search + importance-sampling estimate (:func:`estimate_graph_log_marginal`):
     Deleu et al. 2023, Fig. 3c. A perfect sampler has :math:`\\log P_T = \\log R - \\log Z`: slope 1.

@@ -18,6 +18,7 @@ Parameter heads, each giving the distribution of :math:`\\theta` given ``G``:
 Both are densities w.r.t. Lebesgue measure on the *active* coordinates :math:`\\Theta_G` (``model.active(adj)``) only,
 with reparametrised samples that are exactly 0 elsewhere.
 """
+
 from __future__ import annotations
 
 import math
@@ -174,7 +175,9 @@ class FullGaussianHead(nn.Module):
     def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn):
         super().__init__()
         if not torch.equal(block_index, torch.arange(d * d).view(d, d).T):
-            raise ValueError("the full-covariance parameter head is for linear models (each node's block its column of the d x d weights); use the diagonal head")
+            raise ValueError(
+                "the full-covariance parameter head is for linear models (each node's block its column of the d x d weights); use the diagonal head"
+            )
         self.d = d
         self.net = _zero_last(_mlp(hidden, hidden, d + d * (d + 1) // 2))
         self.register_buffer("triu", torch.triu_indices(d, d), persistent=False)  # [2, d(d+1)/2]
@@ -209,7 +212,16 @@ class JSPNetwork(nn.Module):
         n_heads, key_size: of the attention layer.
     """
 
-    def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn, head: type[DiagGaussianHead] | type[FullGaussianHead] = DiagGaussianHead, n_heads: int = 4, key_size: int = 32):
+    def __init__(
+        self,
+        d: int,
+        hidden: int,
+        block_index: Tensor,
+        active: ActiveFn,
+        head: type[DiagGaussianHead] | type[FullGaussianHead] = DiagGaussianHead,
+        n_heads: int = 4,
+        key_size: int = 32,
+    ):
         super().__init__()
         self.d = d
         self.backbone = JSPBackbone(d, hidden, n_heads, key_size)
@@ -229,4 +241,3 @@ class JSPNetwork(nn.Module):
         """``adj [B, d, d]`` (float 0/1) -> :class:`JSPOutputs`."""
         nodes, glob, edge_logits, stop_logit = self.trunk(adj)
         return JSPOutputs(edge_logits, stop_logit, self.theta_head(nodes, glob, adj.to(nodes.dtype)))
-

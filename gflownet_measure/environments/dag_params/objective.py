@@ -8,6 +8,7 @@
 The reward difference and the :math:`\\theta` at which eq. 8 evaluates :math:`P_\\phi` carry no gradient.
 The transitions come from the core's :class:`~gflownet_measure.walkers.Walkers` (Algorithm 1's parallel environments).
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -43,7 +44,9 @@ def _sampled_terms(log_reward: Callable, out, adj: Tensor, log_stop: Tensor, n_s
     return log_R.detach(), log_stop + log_q, pen
 
 
-def transition_loss(policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tensor, s_next: Tensor, n_samples: int, scale: float, delta: float = 1.0, penalty: bool = False) -> Tensor:
+def transition_loss(
+    policy: JSPPolicy, pb: Policy, log_reward: Callable, s: Tensor, s_next: Tensor, n_samples: int, scale: float, delta: float = 1.0, penalty: bool = False
+) -> Tensor:
     """Eq. 8 of JSP-GFN on transitions ``s -> s_next`` (intermediate states ``[B, D]``), averaged over transitions and pairs.
 
     .. math:: \\mathcal L = \\frac{1}{B S^2} \\sum_b \\sum_{i, j} \\mathrm{Huber}_\\delta(\\Delta_{ij} / N)
@@ -87,12 +90,14 @@ def _undirected_subtb(gfn: GFlowNet, batch: Transitions, theta_samples: int, del
     return transition_loss(gfn.pf, gfn.pb, batch.log_reward, batch.s, batch.s_next, theta_samples, batch.scale, delta, penalty)
 
 
-UNDIRECTED_SUBTB = register(Objective(
-    "undirected_subtb",
-    _undirected_subtb,
-    "JSP-GFN: SubTB on the undirected paths of replayed edge transitions, S x S fresh theta pairs, Huber (Deleu et al. 2023, eq. 8)",
-    batch="transitions",
-    log_Z=None,
-    hyper={"theta_samples": 16, "delta": 1.0, "penalty": False},
-))
+UNDIRECTED_SUBTB = register(
+    Objective(
+        "undirected_subtb",
+        _undirected_subtb,
+        "JSP-GFN: SubTB on the undirected paths of replayed edge transitions, S x S fresh theta pairs, Huber (Deleu et al. 2023, eq. 8)",
+        batch="transitions",
+        log_Z=None,
+        hyper={"theta_samples": 16, "delta": 1.0, "penalty": False},
+    )
+)
 """The registered objective of JSP-GFN (no state flow, no log Z: the undirected paths cancel both)."""

@@ -14,6 +14,7 @@ network's parameter head (:mod:`~gflownet_measure.environments.dag_params.theta`
 :func:`action_log_probs` is the one place these probabilities are formed: the kernel density of
 :class:`JSPPolicy` (rollouts, checks) and the transition loss of :mod:`~gflownet_measure.environments.dag_params.objective` both call it.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,7 +34,9 @@ from gflownet_measure.environments.dag_params.theta import MaskedNormalTheta
 __all__ = ["action_log_probs", "JSPPolicy"]
 
 
-def action_log_probs(edge_logits: Tensor, stop_logit: Tensor, valid: Tensor, scale: float = 1.0, gains: Tensor | None = None, n_edges: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def action_log_probs(
+    edge_logits: Tensor, stop_logit: Tensor, valid: Tensor, scale: float = 1.0, gains: Tensor | None = None, n_edges: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """``(log P(G + (i -> j) | G) [B, d, d], log P(stop | G) [B])`` (eq. 9-10); invalid edges get ``-inf``.
 
     .. math:: \\log P(\\text{stop}|G) = \\log\\sigma(c\\, s) \\;(0 \\text{ if no edge is valid}),\\quad

@@ -30,6 +30,7 @@ Robinson's recurrence):
 
 Graphs with more than ``max_parents`` parents at a node lie outside the space: their weight is 0 and ``contains`` is false.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,7 +92,9 @@ def _theta(on: Tensor, scale: float, generator: torch.Generator | None) -> tuple
     return torch.where(on, z, torch.zeros_like(z)), log_q
 
 
-def _draw(d: int, n_params: int, active: ActiveFn, max_parents: int | None, scale: float, terminal_only: bool, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _draw(
+    d: int, n_params: int, active: ActiveFn, max_parents: int | None, scale: float, terminal_only: bool, n: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(x [M, D], sink [M], log_w [M], block [M])``: states of :math:`\\nu` in ``n`` blocks (or ``n`` i.i.d.
     states of the terminal measure) with importance log-weights (module docstring)."""
     lx_pair, lx_state = math.log(PAIR_EDGE_WEIGHT), math.log(STATE_EDGE_WEIGHT)
@@ -123,7 +126,9 @@ def _atomic(d: int, active: ActiveFn, x: Tensor) -> Tensor:
     return ~stopped | ~active(adj).any(1)
 
 
-def sampled_measures(d: int, n_params: int, active: ActiveFn, max_parents: int | None = None, proposal_scale: float = PROPOSAL_SCALE) -> tuple[SampledMeasure, SampledMeasure]:
+def sampled_measures(
+    d: int, n_params: int, active: ActiveFn, max_parents: int | None = None, proposal_scale: float = PROPOSAL_SCALE
+) -> tuple[SampledMeasure, SampledMeasure]:
     """:math:`\\nu` and the terminal measure of the DAG x Theta space as importance rules (module docstring)."""
 
     def measure(terminal_only: bool, label: str) -> SampledMeasure:
@@ -134,4 +139,6 @@ def sampled_measures(d: int, n_params: int, active: ActiveFn, max_parents: int |
             atomic=partial(_atomic, d, active),
         )
 
-    return measure(False, "nu: DAGs drawn exactly by edge weight, Gaussian parameters"), measure(True, "terminal measure: DAGs drawn exactly by edge weight, Gaussian parameters")
+    return measure(False, "nu: DAGs drawn exactly by edge weight, Gaussian parameters"), measure(
+        True, "terminal measure: DAGs drawn exactly by edge weight, Gaussian parameters"
+    )

@@ -12,6 +12,7 @@ It is the batch of the ``transitions`` objectives (:data:`~gflownet_measure.envi
 as ``batches`` to :func:`gflownet_measure.experiments.common.train_gflownet`. A module whose buffers are the walkers' graphs and the
 replay, so a checkpoint of a run restores both and a resumed run continues the interrupted one.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -48,7 +49,17 @@ class EdgeReplay(nn.Module):
         batch_size: transitions per call; ``exploration``: update ``k`` -> :math:`\\epsilon_k`, the probability of a uniform move.
     """
 
-    def __init__(self, graph: PointedGraph, pf: Policy, model: CPDModel, data_rows: int, capacity: int, walkers: int, batch_size: int, exploration: Callable[[int], float]):
+    def __init__(
+        self,
+        graph: PointedGraph,
+        pf: Policy,
+        model: CPDModel,
+        data_rows: int,
+        capacity: int,
+        walkers: int,
+        batch_size: int,
+        exploration: Callable[[int], float],
+    ):
         super().__init__()
         self.d, self.model, self.data_rows, self.batch_size, self.exploration = graph.kappa.d, model, data_rows, batch_size, exploration
         self._pf = (pf,)  # a tuple keeps the policy out of this module's state

@@ -6,6 +6,7 @@ by :func:`~gflownet_measure.rollout.sample_forward` with :math:`\\epsilon = 0` (
 (:meth:`~gflownet_measure.kernels.Kernel.outline`: one child state per walker and step, not the ``d^2`` atoms of a
 materialised kernel), so its memory is the trajectories' states, :math:`T \\times n \\times D` numbers for ``T`` steps.
 """
+
 from __future__ import annotations
 
 import torch

@@ -28,6 +28,7 @@ the loss's gradient in :math:`\\mu` to :math:`\\mu_0` (straight through), which 
 solver has not converged and is inert where it has. The scale's gradient reaches :math:`\\rho`; the curvature is
 constant to :math:`\\phi`.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,7 +47,14 @@ SCALE_OFFSET = math.log(math.e - 1.0)
 """:math:`c` with :math:`\\mathrm{softplus}(c) = 1`: at initialisation (:math:`\\rho = 0`) the scale is the curvature's alone."""
 
 
-def refine_mean(value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], hvp: Callable[[Tensor, Tensor], Tensor], precond: Tensor, x0: Tensor, steps: int, groups: Tensor | None = None) -> Tensor:
+def refine_mean(
+    value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]],
+    hvp: Callable[[Tensor, Tensor], Tensor],
+    precond: Tensor,
+    x0: Tensor,
+    steps: int,
+    groups: Tensor | None = None,
+) -> Tensor:
     """``steps`` iterations of preconditioned nonlinear conjugate gradients maximising :math:`f = \\log R(G, \\cdot)` from ``x0 [B, P]``.
 
     With :math:`g = -\\nabla f`, :math:`z = g / m` (``precond`` :math:`m > 0`, ``[B, P]``), the direction
@@ -116,12 +124,22 @@ class SolverHead(nn.Module):
             raise ValueError(f"SolverHead: steps must be >= 0; got {steps}")
         self.base, self.model, self.steps = base, model, int(steps)
         self.register_buffer("rows", rows, persistent=False)
-        self.register_buffer("groups", torch.empty(model.n_params, dtype=torch.long).index_put_((model.block_index().flatten(),), torch.arange(model.d).repeat_interleave(model.block)), persistent=False)  # coordinate -> node
+        self.register_buffer(
+            "groups",
+            torch.empty(model.n_params, dtype=torch.long).index_put_((model.block_index().flatten(),), torch.arange(model.d).repeat_interleave(model.block)),
+            persistent=False,
+        )  # coordinate -> node
         # theta_init: a fixed draw from the prior added to mu_0, so that the solver never starts where an MLP's ReLUs are all dead
         # (at theta = 0 every hidden unit is off and the gradient in W1, b1, W2 is 0: a saddle point the solver cannot leave)
-        self.register_buffer("theta_init", torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64, device="cpu").to(torch.get_default_device()) * model.prior_var**0.5)  # the same draw on every device
+        self.register_buffer(
+            "theta_init",
+            torch.randn(model.n_params, generator=torch.Generator().manual_seed(0), dtype=torch.float64, device="cpu").to(torch.get_default_device())
+            * model.prior_var**0.5,
+        )  # the same draw on every device
         # Newton steps where the model solves its Newton system exactly (it answers on an empty batch), CG otherwise: decided once
-        self.newton = model.newton_direction(torch.zeros(0, model.d, model.d, dtype=torch.bool), torch.zeros(0, model.n_params, dtype=torch.float64)) is not None
+        self.newton = (
+            model.newton_direction(torch.zeros(0, model.d, model.d, dtype=torch.bool), torch.zeros(0, model.n_params, dtype=torch.float64)) is not None
+        )
 
     def _mean(self, graphs: Tensor, start: Tensor) -> Tensor:
         """The solved mean ``[B, P]`` float64 from ``start``: Newton steps where the model solves exactly, CG otherwise."""
@@ -131,11 +149,15 @@ class SolverHead(nn.Module):
             for _ in range(self.steps):
                 step = model.newton_direction(graphs, mean, rows)
                 mean = mean + step
-                if float(step.abs().max()) <= 1e-12 * (1.0 + float(mean.abs().max())):  # converged (a quadratic: after one step); the rest would add rounding only
+                if float(step.abs().max()) <= 1e-12 * (
+                    1.0 + float(mean.abs().max())
+                ):  # converged (a quadratic: after one step); the rest would add rounding only
                     break
         elif self.steps:
             h0 = model.curvature(graphs, start, rows)
-            mean = refine_mean(lambda x: model.log_reward_and_grad(graphs, x, rows), lambda x, v: model.log_reward_hvp(graphs, x, v, rows), h0, start, self.steps, self.groups)
+            mean = refine_mean(
+                lambda x: model.log_reward_and_grad(graphs, x, rows), lambda x, v: model.log_reward_hvp(graphs, x, v, rows), h0, start, self.steps, self.groups
+            )
         return mean
 
     def _refined(self, loc0: Tensor, on: Tensor, graphs: Tensor) -> tuple[Tensor, Tensor]:

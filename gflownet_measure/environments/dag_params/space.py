@@ -27,6 +27,7 @@ Eq. 4 holds term by term: adding ``e`` to ``G`` and removing it from ``G + e`` p
 The reward :math:`R(G, \\theta) = P(D | G, \\theta) P(\\theta | G) P(G)` is a density w.r.t. :math:`\\lambda_{\\Theta_G}` on
 each :math:`\\{G\\} \\times \\Theta_G` (``model.log_reward``).
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,5 @@
 """States of the DAG x Theta space as flat vectors ``[adj (d*d) | theta (P) | stopped]`` (:mod:`~gflownet_measure.environments.dag_params.space`)."""
+
 from __future__ import annotations
 
 from typing import Callable

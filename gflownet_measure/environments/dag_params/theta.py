@@ -15,6 +15,7 @@ measure on the active coordinates only (:class:`~gflownet_measure.environments.d
 whatever the others hold (NaN included). :math:`\\varepsilon \\sim \\mathcal N(0, I)` of the reparametrised samples
 comes from torch's global generator.
 """
+
 from __future__ import annotations
 
 import math

@@ -68,6 +68,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
+from gflownet_measure.baselines.smc import TARGET_ACCEPTANCE
 from gflownet_measure.bayesnets.dags import valid_edges
 from gflownet_measure.gaussian import LOG_2PI
 
@@ -392,11 +393,12 @@ def mala_step(state: ChainState, target: Target, rng: np.random.Generator, step:
     return _select(ok, ChainState(state.adj, proposal, log_R_new), state._replace(log_R=log_R)), ok
 
 
-def adapt_step(step: np.ndarray, ok: np.ndarray, moved: np.ndarray, t: int, target_rate: float = 0.574) -> np.ndarray:
+def adapt_step(step: np.ndarray, ok: np.ndarray, moved: np.ndarray, t: int) -> np.ndarray:
     """Robbins-Monro on :math:`\\log \\epsilon_c`: :math:`+ (t + 1)^{-0.6} (\\mathbb 1[\\text{accepted}] - 0.574)` for the
-    chains with active weights (``moved``), towards MALA's optimal acceptance rate (Roberts & Rosenthal 1998). Used
-    during the burn-in only, so the kept states come from a fixed kernel."""
-    return step * np.exp(np.where(moved, (ok - target_rate) / (t + 1) ** 0.6, 0.0))
+    chains with active weights (``moved``), towards MALA's optimal acceptance rate (Roberts & Rosenthal 1998;
+    :data:`~gflownet_measure.baselines.smc.TARGET_ACCEPTANCE`, which the SMC moves adapt to). Used during the burn-in
+    only, so the kept states come from a fixed kernel."""
+    return step * np.exp(np.where(moved, (ok - TARGET_ACCEPTANCE["mala"]) / (t + 1) ** 0.6, 0.0))
 
 
 def gibbs_step(state: ChainState, target: Target, rng: np.random.Generator, draws: _GibbsDraws) -> ChainState:

@@ -1,4 +1,4 @@
-"""`gflownet-measure run sde` and `sde-table`: SDE samplers on R^n (Lahlou et al. 2023, section 4.2, Table 2 / C.1).
+"""`gflownet-measure run sde`: SDE samplers on R^n (Lahlou et al. 2023, section 4.2, Table 2 / C.1).
 
 One run trains the Euler-Maruyama policy of :mod:`gflownet_measure.environments.sde` towards a target with one objective
 and regime (docs/references.md, 'SDE targets and Table 2'):
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gflownet_measure.baselines.smc import annealed_smc, mala_chain
+from gflownet_measure.baselines.smc import mala_chain
 from gflownet_measure.environments import sde as env
 from gflownet_measure.environments.sde_targets import TARGETS
 from gflownet_measure.graph import PointedGraph
@@ -36,15 +36,14 @@ from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
-from gflownet_measure.training import TrainingDiverged, seeded_generator
+from gflownet_measure.training import seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, learned_log_Z, run_id, run_many, train_gflownet
+from .common import configure, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
-from .tables import write_table
 from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
@@ -288,168 +287,5 @@ register(
         PRESETS,
         run,
         _validate,
-    )
-)
-
-# --- Table 2 / C.1: every row over seeds, beside the paper --------------------------------------------------
-
-ROWS = [  # (label, objective, regime, langevin)
-    ("off-policy GFlowNet TB", "tb", "off", False),
-    ("off-policy reverse KL (IW)", "reverse_kl", "off", False),
-    ("off-policy forward KL (IW)", "forward_kl", "off", False),
-    ("on-policy GFlowNet TB", "tb", "on", False),
-    ("on-policy reverse KL", "reverse_kl", "on", False),
-    ("on-policy forward KL (IW)", "forward_kl", "on", False),
-    ("PIS-NN (not black-box)", "reverse_kl", "on", True),
-]
-PAPER_TABLE = {  # Lahlou et al. 2023, Table 2 / C.1: (B, B_RW) as (mean, std) over 10 runs; None = "unstable" or not reported
-    "gmm9": {
-        "off-policy GFlowNet TB": ((-0.150, 0.019), (-0.003, 0.011)),
-        "off-policy reverse KL (IW)": ((-1.706, 0.537), (-1.609, 0.546)),
-        "off-policy forward KL (IW)": ((-0.306, 0.036), (-0.001, 0.013)),
-        "on-policy GFlowNet TB": ((-1.409, 0.427), (-1.301, 0.434)),
-        "on-policy reverse KL": ((-1.348, 0.397), (-1.237, 0.413)),
-        "on-policy forward KL (IW)": ((-0.254, 0.032), (-0.007, 0.023)),
-        "SMC": ((-0.362, 0.293), None),
-        "PIS-NN (not black-box)": ((-1.691, 0.370), (-1.192, 0.482)),
-        "HMC": ((-1.876, 0.527), None),
-    },
-    "funnel": {
-        "off-policy GFlowNet TB": ((-0.219, 0.020), (-0.026, 0.020)),
-        "off-policy reverse KL (IW)": (None, None),
-        "off-policy forward KL (IW)": ((-2.822, 0.576), (-0.087, 0.081)),
-        "on-policy GFlowNet TB": ((-0.265, 0.026), (-0.012, 0.108)),
-        "on-policy reverse KL": ((-0.259, 0.018), (-0.040, 0.023)),
-        "on-policy forward KL (IW)": ((-1.384, 0.284), (-0.034, 0.143)),
-        "SMC": ((-0.216, 0.157), None),
-        "PIS-NN (not black-box)": ((-0.098, 0.005), (-0.018, 0.020)),
-        "HMC": ((-0.835, 0.257), None),
-    },
-}
-SMC_SETTINGS = {"gmm9": {"ref_std": 5.0}, "funnel": {"ref_std": 1.0, "n_moves": 5}}  # the reference covers the mixture; MALA needs 5 moves on the funnel
-
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("target", "objective", "regime", "langevin")} | {
-    "seeds": Setting(3, "seeds per row and target: --seed, --seed + 1, ...", low=1),
-    **EXECUTION_SETTINGS,
-    "targets": Setting("gmm9,funnel", "comma-separated targets", choices=("gmm9,funnel", "gmm9", "funnel")),
-    "rows": Setting("all", "which rows: all, or the comma-separated indices into ROWS (0-6)"),
-    "smc_particles": Setting(2000, "particles of the SMC and HMC baselines", low=10),
-    "smc_temps": Setting(100, "temperatures of the SMC and HMC baselines", low=1),
-}
-TABLE_PRESETS = {
-    "quick": PRESETS["quick"] | {"steps": 100, "n_steps": 50, "eval_every": 50, "seeds": 1, "targets": "gmm9", "rows": "0,3", "smc_particles": 500},
-    "paper": PRESETS["paper"] | {"seeds": 10},
-}
-
-
-def _rows(spec: str) -> list[tuple]:
-    if spec == "all":
-        return ROWS
-    try:
-        idx = [int(i) for i in spec.split(",")]
-    except ValueError:
-        raise ConfigError(f"rows={spec!r}: valid: all, or comma-separated indices 0-{len(ROWS) - 1}") from None
-    if any(not 0 <= i < len(ROWS) for i in idx):
-        raise ConfigError(f"rows={spec!r}: indices must lie in 0-{len(ROWS) - 1}")
-    return [ROWS[i] for i in idx]
-
-
-def _validate_table(cfg: dict) -> None:
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)}
-    for _, objective, regime, langevin in _rows(cfg["rows"]):
-        _validate(common | {"objective": objective, "regime": regime, "langevin": langevin, "target": cfg["targets"].split(",")[0]})
-
-
-def _fmt(v) -> str:
-    return "" if v is None else f"{v[0]:+.3f} ± {v[1]:.3f}"
-
-
-def run_table(cfg: dict, out: Path, resume: bool) -> dict:
-    """Every requested row and target over seeds (``out/<target>/<row>/seed<k>``, finished ones kept on resume), the SMC and HMC baselines, then the table."""
-    base_seed = torch.initial_seed()
-    rows = _rows(cfg["rows"])
-    results: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    history = []
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)}
-    keys = [(target, label, base_seed + k) for target in cfg["targets"].split(",") for label, _, _, _ in rows for k in range(cfg["seeds"])]
-    settings = {label: {"objective": objective, "regime": regime, "langevin": langevin} for label, objective, regime, langevin in rows}
-    jobs = [
-        SubRun(out / target / label.replace(" ", "_").replace("(", "").replace(")", "") / f"seed{seed}", seed, common | {"target": target} | settings[label])
-        for target, label, seed in keys
-    ]
-    diverged: dict[tuple[str, str], int] = {}
-    finished = run_many(run, jobs, resume, cfg["jobs"], diverged_ok=True, executor=cfg["executor"], address=cfg["address"])
-    for (target, label, seed), m in zip(keys, finished):
-        row = results.setdefault(target, {}).setdefault(label, [])
-        if "diverged" in m:  # the paper's "unstable": counted, not averaged
-            diverged[target, label] = diverged.get((target, label), 0) + 1
-            history.append({"step": len(history) + 1, "trajectories": 0, "target": target, "row": label, "seed": seed, "diverged": m["diverged"]})
-            continue
-        row.append((m["bias_lower_bound"], m["bias_importance_weighted"]))
-        history.append(
-            {
-                "step": len(history) + 1,
-                "trajectories": 0,
-                "target": target,
-                "row": label,
-                "seed": seed,
-                "B": m["bias_lower_bound"],
-                "B_RW": m["bias_importance_weighted"],
-            }
-        )
-    for target in cfg["targets"].split(","):
-        for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)):  # HMC: annealed importance sampling with HMC moves (no resampling)
-            for k in range(cfg["seeds"]):
-                gen = seeded_generator(base_seed + k)
-                torch.manual_seed(base_seed + k)
-                opts = dict(SMC_SETTINGS[target]) | ({"n_moves": 1} if move == "hmc" else {})
-                r = annealed_smc(
-                    TARGETS[target].log_prob,
-                    TARGETS[target].dim,
-                    cfg["smc_particles"],
-                    cfg["smc_temps"],
-                    move=move,
-                    ess_threshold=threshold,
-                    generator=gen,
-                    **opts,
-                )
-                results.setdefault(target, {}).setdefault(name, []).append((r.log_Z - TARGETS[target].log_Z, float("nan")))
-    metrics, lines = {}, []
-    for target, by_row in results.items():
-        lines += [
-            f"\n{target}: bias of the log Z estimates (mean ± std over {cfg['seeds']} seed{'s' if cfg['seeds'] != 1 else ''}; paper: 10 runs)",
-            f"{'row':<30} {'B (ours)':>16} {'B (paper)':>16} {'B_RW (ours)':>16} {'B_RW (paper)':>16}",
-        ]
-        for label, vals in by_row.items():
-            paper = PAPER_TABLE[target].get(label, (None, None))
-            n_diverged = diverged.get((target, label), 0)
-            note = f"  ({n_diverged} of {n_diverged + len(vals)} seeds diverged)" if n_diverged else ""
-            if n_diverged:
-                metrics[f"diverged/{target}/{label}"] = n_diverged
-            if not vals:
-                lines.append(f"{label:<30} {'diverged':>16} {_fmt(paper[0]) or 'unstable':>16} {'diverged':>16} {_fmt(paper[1]) or 'unstable':>16}{note}")
-                continue
-            b, brw = np.array([v[0] for v in vals]), np.array([v[1] for v in vals])
-            ours_b, ours_rw = (float(b.mean()), float(b.std())), (None if np.isnan(brw).all() else (float(brw.mean()), float(brw.std())))
-            lines.append(f"{label:<30} {_fmt(ours_b):>16} {_fmt(paper[0]):>16} {_fmt(ours_rw):>16} {_fmt(paper[1]):>16}{note}")
-            metrics[f"B/{target}/{label}/mean"], metrics[f"B/{target}/{label}/std"] = ours_b
-            if ours_rw is not None:
-                metrics[f"B_RW/{target}/{label}/mean"], metrics[f"B_RW/{target}/{label}/std"] = ours_rw
-    first = next((job.out for job, m in zip(jobs, finished) if "diverged" not in m), None)  # the first run with samples
-    write_table(out, "\n".join(lines).strip() + "\n", history, first, ("samples.png",))
-    if first is None:
-        raise TrainingDiverged(f"every run of the table diverged (see {out / 'table.txt'}); no samples to keep")
-    return metrics | {"seeds": cfg["seeds"]}
-
-
-register(
-    Experiment(
-        "sde-table",
-        "Table 2 / C.1: bias of B and B_RW for every objective and regime, plus SMC and HMC, beside the paper",
-        TABLE_SETTINGS,
-        TABLE_PRESETS,
-        run_table,
-        _validate_table,
-        multi_run=True,
     )
 )

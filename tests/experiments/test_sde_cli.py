@@ -53,6 +53,34 @@ def test_table_runs_rows_and_baselines(tmp_path):
     assert main(["run", "sde-table", "--out", str(out), "--resume"]) == 0  # finished rows and seeds are kept
 
 
+
+@pytest.mark.slow
+def test_sendera_suite_reports_delta_log_Z_beside_table_1(tmp_path):
+    """suite=sendera2024: Δlog Z = log Z - estimate (the negative of B) per row; Table 1's best values beside the row
+    they come from, and a row the library does not run (DDS) with the paper's value only."""
+    out = tmp_path / "table"
+    args = ["run", "sde-table", "--out", str(out), "--threads", "1", "--set", *TINY, "suite=sendera2024", "rows=1,4", "targets=gmm25,hard_funnel", "seeds=1", "ls_moves=3"]
+    assert main(args) == 0
+    check_contract(out)
+    table = (out / "table.txt").read_text()
+    gfn_row = next(r for r in table.splitlines() if r.startswith("TB + expl. + LS "))
+    assert "+0.171 ± 0.013" in gfn_row and "+0.004" in gfn_row  # the paper's best 25GMM row
+    assert any(r.startswith("DDS (not run here)") and "+0.424 ± 0.049" in r for r in table.splitlines())
+    assert "SMC" not in table  # the suite has no sampling baselines
+    m = json.loads((out / "metrics.json").read_text())
+    run = json.loads((out / "gmm25" / "VarGrad_expl_LP_LS" / "seed0" / "metrics.json").read_text())
+    assert m["delta_log_Z_RW/gmm25/VarGrad + expl. + LP + LS/mean"] == pytest.approx(run["log_Z_exact"] - run["log_Z_importance_weighted"])
+    assert "seconds_per_step/hard_funnel/TB + expl. + LS/mean" in m
+    config = json.loads((out / "gmm25" / "TB_expl_LS" / "seed0" / "config.json").read_text())["settings"]
+    assert config["local_search"] is True and config["langevin"] is False and config["objective"] == "tb"  # no leak from row 4
+
+
+def test_table_settings_name_the_suite_rows_and_targets(tmp_path, capsys):
+    assert main(["run", "sde-table", "--out", str(tmp_path / "r"), "--set", "suite=sendera2024", "rows=5"]) == 2
+    assert "0 TB + expl.;" in capsys.readouterr().err
+    assert main(["run", "sde-table", "--out", str(tmp_path / "r"), "--set", "targets=gmm9,wells"]) == 2
+    assert "unknown wells; valid: gmm9, gmm25" in capsys.readouterr().err
+
 @pytest.mark.slow
 def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_path, monkeypatch):
     """A run that stops on a non-finite gradient (off-policy reverse KL on the funnel does at the paper preset, as the

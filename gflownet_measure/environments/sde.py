@@ -84,6 +84,12 @@ class SDEConfig:
     learned_variance: bool = option(False, "learn a per-coordinate variance factor exp(4 tanh(.)) of the forward steps", choices=(True, False))
     langevin: bool = option(False, "PIS-NN: add a learned c(t) times the clipped grad log R to the drift (not black-box)", choices=(True, False))
     langevin_clip: float = option(1e4, "langevin: clip grad log R to +-this (PIS: 1e4; gfn-diffusion's lgv_clip: 100)", low=1e-8)
+    learned_backward: bool = option(
+        False,
+        "learn P_B: the Brownian bridge's mean and variance per coordinate times 1 + r tanh(.) (gfn-diffusion's learn_pb; Gritsaev et al. 2025)",
+        choices=(True, False),
+    )
+    backward_range: float = option(0.1, "learned_backward: the range r of its corrections (gfn-diffusion's pb_scale_range)", low=1e-6, high=0.9)
 
     def __post_init__(self):
         check_options(self)
@@ -265,21 +271,29 @@ class EulerMaruyamaPolicy(Policy):
 
 
 class BrownianBridge(Policy):
-    """:math:`P_B((x, k), \\cdot) = \\mathcal N(x(1 - 1/k), \\sigma^2\\Delta t\\,\\tfrac{k-1}{k} I)`, and :math:`s_0` with probability one from ``k = 1``.
+    """:math:`P_B((x, k), \\cdot) = \\mathcal N(x(1 - a/k), \\sigma^2\\Delta t\\,\\tfrac{k-1}{k}\\, b\\, I)`, and :math:`s_0` with probability one from ``k = 1``.
 
-    The exact backward law of :math:`X_{t_k} = \\sigma W_{t_k}` given :math:`X_0 = 0` (no parameters).
-    In chart coordinates: :math:`u \\sim \\mathcal N(-x/(k\\sigma\\sqrt{\\Delta t}), \\tfrac{k-1}{k} I)`.
+    With :math:`a = b = 1` (the default, no parameters) the exact backward law of :math:`X_{t_k} = \\sigma W_{t_k}` given
+    :math:`X_0 = 0`. ``learned``: per-coordinate corrections :math:`a = 1 + r\\tanh(g_1)`, :math:`b = 1 + r\\tanh(g_2)` from a
+    PIS network :math:`g(x, t_k)` whose last layer starts at zero, so training starts from the bridge (the learned P_B of
+    Sendera et al. 2024's public code, gfn-diffusion's ``learn_pb`` with ``pb_scale_range`` = r; Gritsaev et al. 2025
+    study learning the destruction process). Any P_B keeps :math:`e^w` an unbiased estimate of Z.
+    In chart coordinates: :math:`u \\sim \\mathcal N(-a x/(k\\sigma\\sqrt{\\Delta t}), \\tfrac{k-1}{k} b I)`.
     """
 
-    def __init__(self, kernel: SDEKernel, sigma: float):
+    def __init__(self, kernel: SDEKernel, sigma: float, learned: bool = False, hidden: int = 64, scale_range: float = 0.1):
         super().__init__(kernel)
-        self.dim, self.n_steps, self.sigma = kernel.dim, kernel.n_steps, sigma
+        self.dim, self.n_steps, self.sigma, self.scale_range = kernel.dim, kernel.n_steps, sigma, scale_range
+        self.net = PISNetwork(kernel.dim, 2 * kernel.dim, hidden) if learned else None
 
     def parameters_at(self, s: Tensor, measure: Measure):
-        x, k = s[:, : self.dim], s[:, self.dim : self.dim + 1].clamp(min=1)
+        x, k = s[:, : self.dim], s[:, self.dim : self.dim + 1].detach().clamp(min=1)
         c = self.sigma / math.sqrt(self.n_steps)
-        loc = -x / (k * c)
-        scale = ((k - 1) / k).clamp(min=1e-12).sqrt().expand_as(x)
+        loc, var = -x / (k * c), ((k - 1) / k).expand_as(x)
+        if self.net is not None:
+            a, b = (1 + self.scale_range * torch.tanh(self.net(x, k[:, 0] / self.n_steps))).chunk(2, dim=1)
+            loc, var = loc * a, var * b
+        scale = var.clamp(min=1e-12).sqrt()
         logits = torch.zeros(len(s), 2, dtype=s.dtype, device=s.device)
         return logits, [functools.partial(_normal_rows, loc, scale)]
 
@@ -319,7 +333,7 @@ def make_graph(config: SDEConfig) -> PointedGraph:
 
 
 def make_policies(graph: PointedGraph, config: SDEConfig):
-    """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge."""
+    """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge (optionally learned)."""
     sigma = sigma_of(config)
     pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin, config.langevin_clip)
-    return pf, BrownianBridge(graph.kappa_b, sigma)
+    return pf, BrownianBridge(graph.kappa_b, sigma, config.learned_backward, config.hidden, config.backward_range)

@@ -48,7 +48,7 @@ from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **training_settings(without=("lr_flow", "lr_backward", "epsilon")),  # no state flow; P_B fixed; batches of its own (exploration)
+    **training_settings(without=("lr_flow", "lr_backward", "epsilon")),  # no state flow; a learned P_B at lr; batches of its own (exploration)
     "objective": Setting(
         "tb",
         "training objective (gflownet_measure.objectives; those without a state flow)",
@@ -84,7 +84,7 @@ PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "ma
 
 def _validate(cfg: dict) -> None:
     """Settings that do not go together, and the memory of one update: about 3.6 KB per trajectory and time step at
-    width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width."""
+    width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width, twice that with a learned P_B."""
     if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
         raise ConfigError(
             f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off"
@@ -93,7 +93,8 @@ def _validate(cfg: dict) -> None:
         raise ConfigError(
             f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl"
         )
-    require_memory(3.6e3 * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
+    networks = 2 if cfg["learned_backward"] else 1  # a learned P_B is a second network of the same size
+    require_memory(3.6e3 * networks * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
 
 
 def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
@@ -261,7 +262,12 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     x = final.pop("samples").cpu().numpy()
     np.savez(out / "samples.npz", x=x)
     target = TARGETS[cfg["target"]]
-    label = f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy" + (" + LP" if cfg["langevin"] else "") + (" + LS" if cfg["local_search"] else "")
+    label = (
+        f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"
+        + (" + LP" if cfg["langevin"] else "")
+        + (" + LS" if cfg["local_search"] else "")
+        + (" + learned P_B" if cfg["learned_backward"] else "")
+    )
     plot_history(history, "log_Z_importance_weighted", out / "log_z.png", f"B_RW during training ({label})", log_y=False)
     _figure(cfg["target"], x, out / "samples.png", label)
     metrics = final | {

@@ -13,11 +13,22 @@ TINY = ["steps=4", "eval_every=2", "eval_samples=100", "batch_size=16", "hidden=
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.parametrize("objective,regime,target", [("tb", "off", "gmm9"), ("reverse_kl", "on", "funnel"), ("reverse_kl", "off", "gmm9"), ("forward_kl", "target", "gmm9"), ("vargrad", "off", "many_well"), ("tb", "off", "gmm25")])
+@pytest.mark.parametrize(
+    "objective,regime,target,extra",
+    [
+        ("tb", "off", "gmm9", []),
+        ("reverse_kl", "on", "funnel", []),
+        ("reverse_kl", "off", "gmm9", []),
+        ("forward_kl", "target", "gmm9", []),
+        ("vargrad", "off", "many_well", []),
+        ("tb", "off", "gmm25", []),
+        ("tb", "off", "hard_funnel", ["learned_backward=true", "local_search=true", "ls_moves=3"]),
+    ],
+)
 @pytest.mark.slow
-def test_run_writes_the_contract(tmp_path, objective, regime, target):
+def test_run_writes_the_contract(tmp_path, objective, regime, target, extra):
     out = tmp_path / "run"
-    assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}"]) == 0
+    assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, f"objective={objective}", f"regime={regime}", f"target={target}", *extra]) == 0
     check_contract(out)
     m = json.loads((out / "metrics.json").read_text())
     assert m["log_Z_exact"] == TARGETS[target].log_Z and m["bias_importance_weighted"] == pytest.approx(m["log_Z_importance_weighted"] - m["log_Z_exact"])

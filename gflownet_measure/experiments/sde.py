@@ -48,7 +48,7 @@ from .training_config import TrainingConfig, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
-    **training_settings(without=("lr_flow", "lr_backward", "epsilon")),  # no state flow; a learned P_B at lr; batches of its own (exploration)
+    **training_settings(without=("lr_flow", "epsilon")),  # no state flow; batches of its own (exploration)
     "objective": Setting(
         "tb",
         "training objective (gflownet_measure.objectives; those without a state flow)",

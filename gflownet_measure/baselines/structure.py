@@ -1,7 +1,7 @@
 """The baselines of JSP-GFN's tables (Deleu et al. 2023, section 5.2 and Table D.1), by name: one registry, imported lazily.
 
 ``STRUCTURE_BASELINES`` maps a table's name to where the function lives, the packages it needs (the optional extra
-``baselines``; none for the MCMC baselines and ``bcd``, which are numpy / torch / scipy only), which models it can
+``baselines``; none for the MCMC baselines, ``bcd`` and ``vbg``, which are numpy / torch / scipy only), which models it can
 run on, and how a run's :class:`Budget` becomes its arguments. :func:`available` says whether the packages import, and
 why not, so that a table can run what is installed and write which baselines it skipped; :func:`load` returns the
 function; :func:`sample` runs one baseline on a model, or says why it cannot. Importing this module imports none of
@@ -28,7 +28,8 @@ class Budget:
 
     ``posterior_samples``: samples kept in all (MCMC: split over the chains, thinned from ``mcmc_steps`` steps per
     chain after ``mcmc_burn_in`` x ``mcmc_steps`` of burn-in; BCD Nets: draws of its variational posterior);
-    ``bootstraps``: resamples of B-GES / B-PC; ``dibs_steps``, ``bcd_steps``: updates of DiBS and BCD Nets;
+    ``bootstraps``: resamples of B-GES / B-PC; ``dibs_steps``, ``bcd_steps``, ``vbg_steps``: updates of DiBS, BCD Nets
+    and VBG's GFlowNet (``vbg_rounds`` updates of its :math:`q(\\theta)` in between);
     ``edges_per_node``: the expected degree their sparsity priors assume.
     """
 
@@ -42,6 +43,8 @@ class Budget:
     mh_theta_step: float
     dibs_steps: int
     bcd_steps: int
+    vbg_steps: int
+    vbg_rounds: int
     bootstraps: int
 
 
@@ -127,6 +130,20 @@ STRUCTURE_BASELINES = {
             else f"BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= {MAX_PERMUTATION_D} only"
         ),
         lambda budget, model: {"n_samples": budget.posterior_samples, "seed": budget.seed, "steps": budget.bcd_steps, "edges_per_node": budget.edges_per_node},
+    ),
+    "vbg": StructureBaseline(
+        "VBG",
+        "gflownet_measure.baselines.vbg",
+        "vbg",
+        (),
+        _linear_only("VBG"),
+        lambda budget, model: {
+            "n_samples": budget.posterior_samples,
+            "seed": budget.seed,
+            "steps": budget.vbg_steps,
+            "iterations": min(budget.vbg_rounds, budget.vbg_steps),
+            "max_parents": budget.max_parents or None,
+        },
     ),
 }
 

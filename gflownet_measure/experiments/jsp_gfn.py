@@ -110,13 +110,17 @@ SETTINGS = {
     ),
     "baseline": Setting(
         "none",
-        "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7); none. What cannot run is skipped (baselines.json says why)",
+        "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7), vbg (VBG: a structure GFlowNet and a mean-field q(theta); linear models); none. What cannot run is skipped (baselines.json says why)",
     ),
     "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
     "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
     "bcd_steps": Setting(
         20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1
     ),
+    "vbg_steps": Setting(
+        10000, "GFlowNet updates of vbg (VBG; its public code: 30,000 at d = 5), in vbg_rounds rounds each ended by an update of q(theta)", low=1
+    ),
+    "vbg_rounds": Setting(10, "rounds of vbg: updates of its q(theta) from 1,000 graphs of the GFlowNet (its public code: 15)", low=1),
     "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1),
     "mcmc_chains": Setting(4, "independent chains of gibbs and mh, each started from the empty graph", low=1),
     "mcmc_burn_in": Setting(
@@ -480,6 +484,7 @@ PAPER = {  # docs/references.md, 'Table 3 and Table D.1'. Both papers estimate t
         "b-pc": _d1((0.305, 0.057, 0.570), (0.349, 0.058, 0.471), (0.354, 0.072, 0.821)),
         "dibs": _d1((0.312, 0.038, 0.737), (0.357, 0.041, 0.710), (0.504, 0.052, 0.643)),
         "bcd": _d1((0.215, 0.055, 0.819), (0.266, 0.057, 0.774), (0.327, 0.040, 0.850)),
+        "vbg": _d1((0.237, 0.037, 0.816), (0.284, 0.027, 0.799), (0.434, 0.058, 0.738)),
     },
 }
 D1_ROWS = {"lingauss-diag": "diag", "lingauss-full": "full"}

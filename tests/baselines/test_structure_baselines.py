@@ -47,7 +47,7 @@ def test_registry_reports_a_missing_package(monkeypatch):
 
 
 def test_registry_rejects_an_unknown_name():
-    assert tuple(STRUCTURE_BASELINES) == ("gibbs", "mh", "b-ges", "b-pc", "dibs", "bcd")
+    assert tuple(STRUCTURE_BASELINES) == ("gibbs", "mh", "b-ges", "b-pc", "dibs", "bcd", "vbg")
     with pytest.raises(ValueError, match="unknown structure baseline 'ges'; choose one of"):
         available("ges")
 
@@ -59,7 +59,7 @@ def test_importing_the_registry_imports_no_baseline_package():
 
 
 BUDGET = Budget(seed=3, posterior_samples=40, max_parents=0, edges_per_node=1.0, mcmc_steps=60, mcmc_chains=2, mcmc_burn_in=0.5,
-                mh_theta_step=0.1, dibs_steps=10, bcd_steps=10, bootstraps=4)
+                mh_theta_step=0.1, dibs_steps=10, bcd_steps=10, vbg_steps=10, vbg_rounds=2, bootstraps=4)
 
 
 def test_sample_runs_a_baseline_with_the_budget_as_its_arguments(problem):
@@ -84,6 +84,7 @@ def test_sample_says_why_a_baseline_refuses_a_model():
     assert sample("bcd", nonlinear, BUDGET).startswith("BCD Nets here is a linear-Gaussian SEM")
     wide = LinearGaussian(torch.randn(30, 8, generator=torch.Generator().manual_seed(0)))
     assert sample("bcd", wide, BUDGET) == "BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= 7 only"
+    assert sample("vbg", nonlinear, BUDGET) == "VBG draws theta from the linear-Gaussian posterior: linear models only"
     with pytest.raises(ValueError, match="unknown structure baseline 'ges'"):
         sample("ges", wide, BUDGET)
 

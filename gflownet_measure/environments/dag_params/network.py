@@ -147,7 +147,7 @@ class DiagGaussianHead(nn.Module):
     def params(self, nodes: Tensor, glob: Tensor, adj: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(mu [B, P], rho [B, P], active [B, P])``: the locations (0 off the active coordinates), the raw scales and :math:`\\Theta_G`."""
         out = self.net(torch.cat([nodes, glob[:, None].expand_as(nodes)], -1))  # [B, d, 2b]
-        raw_loc, raw_scale = out.split(self.block, dim=-1)  # each [B, d, b]
+        raw_loc, raw_scale = out[..., : self.block], out[..., self.block :]  # each [B, d, b] (b = 0 too: a model without parameters)
         on = self.active(adj > 0)
         loc = raw_loc.flatten(1)[:, self.to_flat]
         return torch.where(on, loc, torch.zeros_like(loc)), raw_scale.flatten(1)[:, self.to_flat], on

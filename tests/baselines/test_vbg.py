@@ -119,9 +119,10 @@ def test_vbg_recovers_the_exact_posteriors_strong_edges(problem):
 
 def test_vbg_is_seeded(problem):
     model, _ = problem
-    a, b = (vbg(model, n_samples=50, seed=3, steps=4, iterations=2, prefill=5, q_samples=20, progress=False) for _ in range(2))
+    kwargs = {"n_samples": 50, "steps": 4, "iterations": 2, "prefill": 5, "q_samples": 20, "progress": False}
+    a, b = (vbg(model, seed=3, **kwargs) for _ in range(2))
     assert torch.equal(a.graphs, b.graphs) and torch.equal(a.thetas, b.thetas)
-    assert not torch.equal(vbg(model, n_samples=50, seed=4, steps=4, iterations=2, prefill=5, q_samples=20, progress=False).thetas, a.thetas)
+    assert not torch.equal(vbg(model, seed=4, **kwargs).thetas, a.thetas)
 
 
 @pytest.mark.parametrize(

@@ -522,7 +522,8 @@ TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "d
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
     "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
-    "d20": {k: v for k, v in PRESETS["d20"].items() if k != "d"} | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,b-ges,b-pc,dibs"},
+    "d20": {k: v for k, v in PRESETS["d20"].items() if k != "d"}
+    | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,b-ges,b-pc,dibs,bcd,vbg"},  # bcd says why not (d > 7)
 }
 
 

@@ -239,3 +239,17 @@ def test_bcd_runs_beside_jsp_gfn_and_is_skipped_beyond_its_enumeration(tmp_path)
     out = tmp_path / "d8"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=8", "baseline=bcd", "bcd_steps=5"]) == 0
     assert json.loads((out / "baselines.json").read_text()) == {"bcd": "skipped: BCD Nets here is a linear-Gaussian SEM whose permanent is enumerated: linear models with d <= 7 only"}
+
+
+@pytest.mark.slow
+def test_vbg_runs_beside_jsp_gfn_and_is_skipped_on_mlp_cpds(tmp_path):
+    """baseline=vbg (VBG, gflownet_measure/baselines/vbg.py): scored like the other baselines at d = 3, its settings reaching it;
+    on MLP CPDs, which its closed-form q(theta) cannot take, baselines.json records why."""
+    out = tmp_path / "linear"
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "baseline=vbg", "vbg_steps=4", "vbg_rounds=2"]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert 0 <= m["vbg_edge_rmse"] <= 1 and m["vbg_samples"] == 50 and m["vbg_discarded"] == 0 and "vbg_theta_nll" in m
+    assert json.loads((out / "baselines.json").read_text()) == {"vbg": "ran"}
+    out = tmp_path / "mlp"
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "model=mlp", "baseline=vbg", "vbg_steps=4"]) == 0
+    assert json.loads((out / "baselines.json").read_text()) == {"vbg": "skipped: VBG draws theta from the linear-Gaussian posterior: linear models only"}

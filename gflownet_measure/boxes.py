@@ -154,6 +154,8 @@ class Box:
             return u.reshape(B, n, k), lw.reshape(B, n) - math.log(n), torch.ones(B, n, dtype=torch.bool)
         if method != "quadrature":
             raise ValueError(f"unknown integration method {method!r}; valid: 'mc', 'quadrature'")
+        if k == 0:  # R^0: its one point, of weight 1 (torch.unique cannot group rows of width 0)
+            return torch.zeros(B, 1, 0, dtype=dtype), torch.zeros(B, 1, dtype=dtype), torch.ones(B, 1, dtype=torch.bool)
         patterns, which = torch.unique(active, dim=0, return_inverse=True)
         rules = []
         for pattern in patterns:

@@ -137,7 +137,8 @@ class Chart(ABC):
         active = self.active(s)
         inside &= (within if active is None else within | ~active).all(1)  # inactive coordinates: 0 by the contract of active
         y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
-        inside &= self._gap(self._embed(s, u), y) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
+        if y.shape[1]:  # a chart of dimension 0 (R^0, e.g. a CPD model without parameters) moves nothing
+            inside &= self._gap(self._embed(s, u), y) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
         return inside, u
 
     def _gap(self, y: Tensor, z: Tensor) -> Tensor:

@@ -250,8 +250,9 @@ def _round_trip(label: str, measure: Measure, per_piece: int) -> tuple[int, int,
         back = p.chart.inverse(ctx, x)
         inside = p.chart.contains(ctx, x)
         log_j = p.chart.log_abs_det_jacobian(ctx, u)
-        tol = torch.finfo(ctx.dtype).eps ** ROUND_TRIP_POWER * (1 + u.abs().amax(1))
-        err = (back.to(u.dtype) - u).abs().amax(1) if u.shape[1] else torch.zeros(len(u), dtype=u.dtype)
+        empty = torch.zeros(len(u), dtype=u.dtype)  # a chart of dimension 0: nothing to round-trip
+        tol = torch.finfo(ctx.dtype).eps ** ROUND_TRIP_POWER * (1 + (u.abs().amax(1) if u.shape[1] else empty))
+        err = (back.to(u.dtype) - u).abs().amax(1) if u.shape[1] else empty
         wrong, outside, infinite = ~(err <= tol), ~inside, ~torch.isfinite(log_j)
         bad = wrong | outside | infinite
         bad_total, total = bad_total + int(bad.sum()), total + len(bad)

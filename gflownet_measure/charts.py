@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .boxes import Box
-from .roundoff import ATOM_ULPS, ulps_from
+from .roundoff import ATOM_ULPS, row_max, ulps_from
 
 __all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
 
@@ -137,13 +137,12 @@ class Chart(ABC):
         active = self.active(s)
         inside &= (within if active is None else within | ~active).all(1)  # inactive coordinates: 0 by the contract of active
         y, anchor = x[:, self.columns], s[:, self.columns].to(x.dtype)
-        if y.shape[1]:  # a chart of dimension 0 (R^0, e.g. a CPD model without parameters) moves nothing
-            inside &= self._gap(self._embed(s, u), y) <= atol * (1 + y.abs().amax(1) + anchor.abs().amax(1))  # round-off scales with both ends
+        inside &= self._gap(self._embed(s, u), y) <= atol * (1 + row_max(y.abs()) + row_max(anchor.abs()))  # round-off scales with both ends
         return inside, u
 
     def _gap(self, y: Tensor, z: Tensor) -> Tensor:
         """``[B]``: the largest distance :math:`\\max_i |y_i - z_i|` between two batches of moved coordinates."""
-        return (y - z).abs().amax(1)
+        return row_max((y - z).abs())
 
 
 class AffineChart(Chart):
@@ -217,7 +216,7 @@ class AffineChart(Chart):
         if self.period is None:
             return super()._gap(y, z)
         r = torch.remainder(y - z, self.period)
-        return torch.minimum(r, self.period - r).amax(1)
+        return row_max(torch.minimum(r, self.period - r))
 
     def log_abs_det_jacobian(self, s, u):
         return self._scale(u).abs().log().sum().expand(u.shape[0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["ATOM_ULPS", "ROUNDOFF_ULPS", "ulps_from"]
+__all__ = ["ATOM_ULPS", "ROUNDOFF_ULPS", "row_max", "ulps_from"]
 
 ATOM_ULPS = 4.0
 """Two states name the same atom when every coordinate agrees within ``ATOM_ULPS`` units of :func:`ulps_from`,
@@ -34,5 +34,10 @@ def ulps_from(a: Tensor, x: Tensor) -> Tensor:
     A state of no coordinate is 0 units from any other.
     """
     eps = max(torch.finfo(a.dtype).eps, torch.finfo(x.dtype).eps)
-    units = (a - x).abs() / (eps * x.abs().clamp(min=1))
-    return units.amax(-1) if units.shape[-1] else units.sum(-1)
+    return row_max((a - x).abs() / (eps * x.abs().clamp(min=1)))
+
+
+def row_max(t: Tensor) -> Tensor:
+    """``[...]``: the largest entry of each row of the non-negative ``t [..., k]``, 0 for rows of no entry (``k = 0``: a
+    state of no coordinate, a chart of dimension 0), where ``amax`` has nothing to reduce."""
+    return t.amax(-1) if t.shape[-1] else t.sum(-1)

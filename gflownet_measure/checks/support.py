@@ -22,7 +22,7 @@ from ..exact import index_of
 from ..graph import PointedGraph
 from ..kernels import Kernel
 from ..measures import Atoms, Measure
-from ..roundoff import ATOM_ULPS, ROUNDOFF_ULPS, ulps_from
+from ..roundoff import ATOM_ULPS, ROUNDOFF_ULPS, row_max, ulps_from
 from ..sampled import SampledMeasure
 from .integration import STATE_BUDGET, broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
@@ -250,9 +250,8 @@ def _round_trip(label: str, measure: Measure, per_piece: int) -> tuple[int, int,
         back = p.chart.inverse(ctx, x)
         inside = p.chart.contains(ctx, x)
         log_j = p.chart.log_abs_det_jacobian(ctx, u)
-        empty = torch.zeros(len(u), dtype=u.dtype)  # a chart of dimension 0: nothing to round-trip
-        tol = torch.finfo(ctx.dtype).eps ** ROUND_TRIP_POWER * (1 + (u.abs().amax(1) if u.shape[1] else empty))
-        err = (back.to(u.dtype) - u).abs().amax(1) if u.shape[1] else empty
+        tol = torch.finfo(ctx.dtype).eps ** ROUND_TRIP_POWER * (1 + row_max(u.abs()))
+        err = row_max((back.to(u.dtype) - u).abs())
         wrong, outside, infinite = ~(err <= tol), ~inside, ~torch.isfinite(log_j)
         bad = wrong | outside | infinite
         bad_total, total = bad_total + int(bad.sum()), total + len(bad)

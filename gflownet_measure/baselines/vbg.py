@@ -67,7 +67,7 @@ from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.environments.dag_params.network import DiagGaussianHead, JSPNetwork
 from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
 from gflownet_measure.environments.dag_params.policy import JSPPolicy
-from gflownet_measure.environments.dag_params.replay import EdgeReplay
+from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_move_probability
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
 from gflownet_measure.environments.dag_params.space import DagKernel, make_space
 from gflownet_measure.objectives import GFlowNet
@@ -181,8 +181,7 @@ def vbg(
         gfn = GFlowNet(pf, UniformPolicy(graph.kappa_b))
         average = WeightAverage(pf, ema) if ema > 0 else None
         sampler = pf if average is None else cast(JSPPolicy, average.module)
-        anneal = max(1.0, steps / 2)
-        replay = EdgeReplay(graph, pf, mf, 0, 100000, walkers, batch_size, lambda k: 1.0 - min(1.0, k / anneal) * (1.0 - min_exploration))
+        replay = EdgeReplay(graph, pf, mf, 0, 100000, walkers, batch_size, lambda k: uniform_move_probability(k, steps, 0.5, min_exploration))
         replay.prefill(prefill)
         objective = dataclasses.replace(UNDIRECTED_SUBTB, hyper={**UNDIRECTED_SUBTB.hyper, "theta_samples": 1})  # Theta_G = R^0: one sample is all
         optimizer = torch.optim.Adam(pf.parameters(), lr=lr)

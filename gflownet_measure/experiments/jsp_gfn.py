@@ -43,7 +43,7 @@ from gflownet_measure.environments.dag_params.evaluation import (
     sample_metrics,
 )
 from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
-from gflownet_measure.environments.dag_params.replay import EdgeReplay
+from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_move_probability
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.options import Setting
@@ -202,8 +202,9 @@ PRESETS = {
 
 
 def exploration(cfg: dict, step: int) -> float:
-    """Probability of a uniform move at update ``step``: :math:`1 - \\min(1, k / (fK))\\,(1 - \\epsilon_{min})`, ``f = anneal_fraction``."""
-    return 1.0 - min(1.0, step / max(1.0, cfg["steps"] * cfg["anneal_fraction"])) * (1.0 - cfg["min_exploration"])
+    """Probability of a uniform move at update ``step``, from the run's ``steps``, ``anneal_fraction`` and ``min_exploration``
+    (:func:`~gflownet_measure.environments.dag_params.replay.uniform_move_probability`)."""
+    return uniform_move_probability(step, cfg["steps"], cfg["anneal_fraction"], cfg["min_exploration"])
 
 
 def _exact(cfg: dict, d: int) -> bool:

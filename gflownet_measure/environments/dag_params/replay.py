@@ -28,7 +28,13 @@ from gflownet_measure.environments.dag_params.states import join, split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.walkers import Walkers
 
-__all__ = ["EdgeReplay", "log_reward_estimate"]
+__all__ = ["EdgeReplay", "log_reward_estimate", "uniform_move_probability"]
+
+
+def uniform_move_probability(step: int, steps: int, anneal_fraction: float, min_exploration: float) -> float:
+    """The behaviour policy's :math:`\\epsilon` at update ``step`` of ``steps``: :math:`1 - \\min(1, k / (fK))\\,(1 - \\epsilon_{min})`,
+    uniform moves decaying linearly from 1 to ``min_exploration`` over the first ``anneal_fraction`` :math:`f` of the updates."""
+    return 1.0 - min(1.0, step / max(1.0, steps * anneal_fraction)) * (1.0 - min_exploration)
 
 
 def log_reward_estimate(model: CPDModel, data_rows: int) -> Callable[[Tensor, Tensor], Tensor]:

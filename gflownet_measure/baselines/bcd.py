@@ -73,7 +73,7 @@ from gflownet_measure.bayesnets.dags import is_dag
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
 from .permutations import all_permutations, gumbel_noise, gumbel_permutations, hungarian, log_permanent
-from .samples import BaselineSamples
+from .samples import BaselineSamples, check_counts
 
 __all__ = ["horseshoe_scale", "horseshoe_log_prob", "bcd_nets"]
 
@@ -194,9 +194,7 @@ def bcd_nets(
     """
     if not isinstance(model, LinearGaussian):
         raise ValueError(f"bcd_nets: model must be a LinearGaussian (BCD Nets is a linear-Gaussian SEM); got {type(model).__name__}")
-    for name, value in (("n_samples", n_samples), ("steps", steps), ("batch_size", batch_size)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"bcd_nets: {name} must be an integer >= 1; got {value!r}")
+    check_counts("bcd_nets", n_samples=n_samples, steps=steps, batch_size=batch_size)
     for name, real in (("lr", lr), ("tau", tau), ("threshold", threshold)):
         if not (math.isfinite(real) and real > 0):
             raise ValueError(f"bcd_nets: {name} must be finite and > 0; got {real!r}")

@@ -32,7 +32,7 @@ from causallearn.utils.cit import fisherz
 from gflownet_measure.bayesnets.dags import is_dag
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
-from .samples import BaselineSamples
+from .samples import BaselineSamples, check_counts
 
 __all__ = ["GES_SCORES", "random_extension", "bootstrap_ges", "bootstrap_pc"]
 
@@ -85,8 +85,7 @@ def _bootstrap(name: str, search, model: LinearGaussian, n_samples: int, seed: i
     """``n_samples`` resamples, one :func:`random_extension` of ``search(rows) -> pdag`` each, theta from the full-data posterior."""
     if not isinstance(model, LinearGaussian):
         raise ValueError(f"{name}: model must be a LinearGaussian (the theta posterior is its closed form); got {type(model).__name__}")
-    if int(n_samples) != n_samples or n_samples < 1:
-        raise ValueError(f"{name}: n_samples must be an integer >= 1; got {n_samples!r}")
+    check_counts(name, n_samples=n_samples)
     start = time.perf_counter()
     data = model.data.numpy()
     rng = np.random.default_rng(seed)

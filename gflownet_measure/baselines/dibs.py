@@ -42,7 +42,7 @@ from dibs.models import LinearGaussian as DibsLinearGaussian
 from gflownet_measure.bayesnets.dags import is_dag
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
-from .samples import BaselineSamples
+from .samples import BaselineSamples, check_counts
 
 __all__ = ["flat_thetas", "joint_dibs"]
 
@@ -77,9 +77,7 @@ def joint_dibs(
     missing = [name for name in ("data", "obs_var", "prior_var") if not hasattr(model, name)]
     if missing:
         raise ValueError(f"joint_dibs: model needs the attributes data, obs_var and prior_var; {type(model).__name__} lacks {', '.join(missing)}")
-    for name, value in (("n_samples", n_samples), ("steps", steps)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"joint_dibs: {name} must be an integer >= 1; got {value!r}")
+    check_counts("joint_dibs", n_samples=n_samples, steps=steps)
     d = model.data.shape[1]
     if not 0 < 2 * edges_per_node / max(d - 1, 1) < 1:
         raise ValueError(f"joint_dibs: edges_per_node must give an Erdos-Renyi p = 2 k / (d - 1) in (0, 1); got k = {edges_per_node!r} for d = {d}")

@@ -1,4 +1,4 @@
-"""The output of the structure-learning baselines (:mod:`.bootstrap`, :mod:`.dibs`)."""
+"""The output of the structure-learning baselines (:mod:`.bootstrap`, :mod:`.dibs`, :mod:`.bcd`, :mod:`.vbg`), and the check of their counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from torch import Tensor
 
-__all__ = ["BaselineSamples"]
+__all__ = ["BaselineSamples", "check_counts"]
 
 
 class BaselineSamples(NamedTuple):
@@ -22,3 +22,10 @@ class BaselineSamples(NamedTuple):
     thetas: Tensor | None
     seconds: float
     discarded: int
+
+
+def check_counts(owner: str, **counts) -> None:
+    """A one-line ``ValueError`` naming ``owner`` and the first of ``counts`` (name = value) that is not an integer >= 1."""
+    for name, value in counts.items():
+        if int(value) != value or value < 1:
+            raise ValueError(f"{owner}: {name} must be an integer >= 1; got {value!r}")

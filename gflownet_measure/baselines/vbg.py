@@ -73,7 +73,7 @@ from gflownet_measure.environments.dag_params.space import DagKernel, make_space
 from gflownet_measure.objectives import GFlowNet
 from gflownet_measure.training import WeightAverage
 
-from .samples import BaselineSamples
+from .samples import BaselineSamples, check_counts
 
 __all__ = ["MeanFieldLinearGaussian", "update_q_theta", "vbg"]
 
@@ -164,9 +164,7 @@ def vbg(
     """
     if not isinstance(model, LinearGaussian):
         raise ValueError(f"vbg: model must be a LinearGaussian (VBG's closed-form q(theta) is linear-Gaussian); got {type(model).__name__}")
-    for name, value in (("n_samples", n_samples), ("steps", steps), ("iterations", iterations), ("q_samples", q_samples), ("batch_size", batch_size)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"vbg: {name} must be an integer >= 1; got {value!r}")
+    check_counts("vbg", n_samples=n_samples, steps=steps, iterations=iterations, q_samples=q_samples, batch_size=batch_size)
     if iterations > steps:
         raise ValueError(f"vbg: iterations={iterations} exceeds steps={steps}: each round needs at least one update")
     start = time.perf_counter()

@@ -27,6 +27,9 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import counting
@@ -221,3 +224,13 @@ def row(report, eq: int):
     hits = [r for r in report.results if r.condition.split()[:2] == ["eq.", str(eq)]]
     assert len(hits) == 1, f"expected one row for eq. {eq} in {[r.condition for r in report.results]}"
     return hits[0]
+
+
+@pytest.fixture(scope="session")
+def d3_problem():
+    """``(model, exact posterior)`` of ``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``: the full DAG 0 -> 1 (0.55),
+    2 -> 0 (-0.58), 2 -> 1 (1.27), noise std 0.1, scored by ``LinearGaussian`` (sigma^2 = 0.01, N(0, 1) weights, uniform DAG
+    prior); its 25 DAGs give edge marginals 0.94 (0 -> 1), 0.058 (1 -> 0), 1.000 (2 -> 0), 1.000 (2 -> 1), under 0.001 elsewhere."""
+    sim = simulate_er(d=3, edges_per_node=1, n_train=100, n_valid=0, seed=6)
+    model = LinearGaussian(sim.train)
+    return model, ExactPosterior(model)

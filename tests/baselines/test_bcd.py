@@ -1,7 +1,7 @@
 """BCD Nets (``gflownet_measure.baselines.bcd``, ``gflownet_measure.baselines.permutations``): its pieces against closed forms, and its edge marginals
 against the exact posterior of a d = 3 linear-Gaussian problem.
 
-Problem: ``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``, the full DAG 0 -> 1 (0.55), 2 -> 0 (-0.58),
+Problem: the ``d3_problem`` fixture (``tests/conftest.py``), ``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``, the full DAG 0 -> 1 (0.55), 2 -> 0 (-0.58),
 2 -> 1 (1.27) with noise std 0.1, scored by ``LinearGaussian`` (sigma^2 = 0.01, N(0, 1) weights, uniform DAG prior);
 enumerating its 25 DAGs gives edge marginals 0.94 (0 -> 1), 0.058 (1 -> 0), 1.000 (2 -> 0), 1.000 (2 -> 1), under
 0.001 elsewhere. Every weight clears BCD Nets' threshold of 0.3, so its graphs can reach this posterior.
@@ -29,19 +29,10 @@ from gflownet_measure.baselines.bcd import bcd_nets, horseshoe_log_prob, horsesh
 from gflownet_measure.baselines.permutations import all_permutations, gumbel_permutations, hungarian, log_permanent, sinkhorn
 from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
 from gflownet_measure.bayesnets.dags import is_dag
-from gflownet_measure.bayesnets.datasets.simulated import simulate_er
-from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.bayesnets.structure_metrics import feature_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def problem():
-    sim = simulate_er(d=3, edges_per_node=1, n_train=100, n_valid=0, seed=6)
-    model = LinearGaussian(sim.train)
-    return model, ExactPosterior(model)
 
 
 def test_registry_lists_and_loads_bcd():
@@ -99,8 +90,8 @@ def test_gumbel_permutations_are_hard_forward_and_soft_backward():
 
 
 @pytest.mark.slow
-def test_bcd_recovers_the_exact_posteriors_strong_edges(problem):
-    model, exact = problem
+def test_bcd_recovers_the_exact_posteriors_strong_edges(d3_problem):
+    model, exact = d3_problem
     out = bcd_nets(model, n_samples=1000, seed=0, steps=1500, lr=1e-2)
     d = model.d
     assert out.graphs.shape == (1000, d, d) and out.graphs.dtype == torch.bool and out.discarded == 0 and is_dag(out.graphs).all()
@@ -115,8 +106,8 @@ def test_bcd_recovers_the_exact_posteriors_strong_edges(problem):
 
 
 @pytest.mark.slow
-def test_bcd_is_seeded(problem):
-    model, _ = problem
+def test_bcd_is_seeded(d3_problem):
+    model, _ = d3_problem
     a, b = (bcd_nets(model, n_samples=50, seed=3, steps=5) for _ in range(2))
     assert torch.equal(a.graphs, b.graphs) and torch.equal(a.thetas, b.thetas)
     assert not torch.equal(bcd_nets(model, n_samples=50, seed=4, steps=5).thetas, a.thetas)
@@ -126,9 +117,9 @@ def test_bcd_is_seeded(problem):
     ("kwargs", "match"),
     [({"steps": 0}, "steps must be an integer >= 1"), ({"tau": 0.0}, "tau must be finite and > 0"), ({"threshold": -1.0}, "threshold must be finite and > 0")],
 )
-def test_bcd_rejects_bad_settings(problem, kwargs, match):
+def test_bcd_rejects_bad_settings(d3_problem, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        bcd_nets(problem[0], **kwargs)
+        bcd_nets(d3_problem[0], **kwargs)
 
 
 def test_bcd_rejects_what_it_cannot_model():

@@ -1,7 +1,7 @@
 """VBG (``gflownet_measure.baselines.vbg``): its two closed forms against independent computations, and its edge marginals
 against the exact posterior of a d = 3 linear-Gaussian problem.
 
-Problem: the d = 3 problem of ``test_bcd.py`` (``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``: the full DAG
+Problem: the ``d3_problem`` fixture (``tests/conftest.py``; ``simulate_er(d=3, edges_per_node=1, n_train=100, seed=6)``: the full DAG
 0 -> 1, 2 -> 0, 2 -> 1; exact edge marginals 0.94 (0 -> 1), 0.058 (1 -> 0), 1.000 (2 -> 0), 1.000 (2 -> 1), under 0.001
 elsewhere). VBG's q(G) q(theta) is a mean-field approximation fitted by reverse KL, so it seeks a mode: the point mass on the
 MAP DAG already scores edge RMSE 0.034, and 1,000 updates reach 0.034 (measured). The end-to-end check asks for the MAP
@@ -19,8 +19,6 @@ import torch
 from gflownet_measure.baselines.structure import STRUCTURE_BASELINES, available, load
 from gflownet_measure.baselines.vbg import MeanFieldLinearGaussian, update_q_theta, vbg
 from gflownet_measure.bayesnets.dags import enumerate_dags, is_dag
-from gflownet_measure.bayesnets.datasets.simulated import simulate_er
-from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.bayesnets.structure_metrics import feature_metrics
 from gflownet_measure.checks import check_graph
@@ -30,13 +28,6 @@ from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.environments.dag_params.space import make_space
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def problem():
-    sim = simulate_er(d=3, edges_per_node=1, n_train=100, n_valid=0, seed=6)
-    model = LinearGaussian(sim.train)
-    return model, ExactPosterior(model)
 
 
 def _random_q(mf: MeanFieldLinearGaussian, seed: int) -> None:
@@ -73,9 +64,9 @@ def test_expected_log_likelihood_is_the_mean_over_q_theta(intervened):
     assert (closed[1:] < base.log_likelihood(graphs, mf.mean.flatten().expand(len(graphs), 9))[1:]).all()  # Jensen: the variance costs
 
 
-def test_q_theta_update_on_one_graph_is_the_exact_conditional_posterior(problem):
+def test_q_theta_update_on_one_graph_is_the_exact_conditional_posterior(d3_problem):
     """With q(G) a point mass on G the update is Bayesian linear regression: P(theta_G | G, D) on the parents (JSP-GFN eq. D.24)."""
-    model, _ = problem
+    model, _ = d3_problem
     mf = MeanFieldLinearGaussian(model)
     for adj in enumerate_dags(3):
         update_q_theta(mf, adj.expand(5, 3, 3))
@@ -88,10 +79,10 @@ def test_q_theta_update_on_one_graph_is_the_exact_conditional_posterior(problem)
             assert torch.allclose(mf.mean[~parents, j], torch.zeros(int((~parents).sum()), dtype=torch.float64))  # no data: the prior's mean
 
 
-def test_q_theta_update_maximises_the_expected_log_joint(problem):
+def test_q_theta_update_maximises_the_expected_log_joint(d3_problem):
     """For a mixture of graphs, q*(theta) is Gaussian with mean the maximiser and precision the negative Hessian of
     theta -> mean_k log P(D | G_k, theta) + log N(theta; 0, sigma_0^2 I): both from autograd on the base model."""
-    model, _ = problem
+    model, _ = d3_problem
     mf = MeanFieldLinearGaussian(model)
     graphs = enumerate_dags(3)[torch.tensor([1, 4, 4, 7, 12, 20, 24])]
     update_q_theta(mf, graphs)
@@ -108,10 +99,10 @@ def test_q_theta_update_maximises_the_expected_log_joint(problem):
         assert torch.allclose(torch.linalg.inv(mf.cov[j]), block, rtol=1e-9)
 
 
-def test_the_structure_space_satisfies_the_theory(problem):
+def test_the_structure_space_satisfies_the_theory(d3_problem):
     """VBG's q(G) lives on the DAG x Theta space with Theta_G = R^0 for every G: charts of dimension 0. Every condition of
     Definition 1 and eq. 15-16 holds there, as on the space with parameters (the core's checks, quadrature on R^0's one point)."""
-    model, _ = problem
+    model, _ = d3_problem
     mf = MeanFieldLinearGaussian(model)
     graph = make_space(mf, name="dag")
     with warnings.catch_warnings():
@@ -122,8 +113,8 @@ def test_the_structure_space_satisfies_the_theory(problem):
 
 
 @pytest.mark.slow
-def test_vbg_recovers_the_exact_posteriors_strong_edges(problem):
-    model, exact = problem
+def test_vbg_recovers_the_exact_posteriors_strong_edges(d3_problem):
+    model, exact = d3_problem
     out = vbg(model, n_samples=1000, seed=0, steps=1000, iterations=2, progress=False)
     d = model.d
     assert out.graphs.shape == (1000, d, d) and out.graphs.dtype == torch.bool and out.discarded == 0 and is_dag(out.graphs).all()
@@ -137,8 +128,8 @@ def test_vbg_recovers_the_exact_posteriors_strong_edges(problem):
     assert feature_metrics(out.graphs, {"edge": true_edge})["edge_rmse"] < 0.1
 
 
-def test_vbg_is_seeded(problem):
-    model, _ = problem
+def test_vbg_is_seeded(d3_problem):
+    model, _ = d3_problem
     kwargs = {"n_samples": 50, "steps": 4, "iterations": 2, "prefill": 5, "q_samples": 20, "progress": False}
     a, b = (vbg(model, seed=3, **kwargs) for _ in range(2))
     assert torch.equal(a.graphs, b.graphs) and torch.equal(a.thetas, b.thetas)
@@ -153,9 +144,9 @@ def test_vbg_is_seeded(problem):
         ({"steps": 2, "iterations": 3}, "iterations=3 exceeds steps=2"),
     ],
 )
-def test_vbg_rejects_bad_settings(problem, kwargs, match):
+def test_vbg_rejects_bad_settings(d3_problem, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        vbg(problem[0], **kwargs)
+        vbg(d3_problem[0], **kwargs)
 
 
 def test_vbg_rejects_what_it_cannot_model():

@@ -21,25 +21,23 @@ distance of the first coordinate to its exact marginal, the samples per mode (mi
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
-from gflownet_measure.baselines.smc import mala_chain
 from gflownet_measure.environments import sde as env
 from gflownet_measure.environments.sde_targets import TARGETS
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
-from gflownet_measure.rollout import Scores, log_densities, sample_backward, sample_forward
+from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import seeded_generator
 
 from .common import configure, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
+from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
 from .memory import require_memory
 from .plots import optional_figure, plot_history, plot_sample_panels
 from .registry import Experiment, register
@@ -61,16 +59,7 @@ SETTINGS = {
     ),
     "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
     "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0),
-    "local_search": Setting(
-        False,
-        "replay-buffer local search (Sendera et al. 2024): every other batch is buffered terminal states refined by MALA, walked back with P_B",
-        choices=(True, False),
-    ),
-    "ls_every": Setting(100, "local search: refine a batch of buffered states by MALA every this many steps (gfn-diffusion's ls_cycle)", low=1),
-    "ls_moves": Setting(200, "local search: MALA moves per refinement (gfn-diffusion's max_iter_ls)", low=1),
-    "ls_step": Setting(0.1, "local search: initial MALA step eps^2/2 (gfn-diffusion's ld_step), adapted towards acceptance 0.574", low=1e-8),
-    "buffer_size": Setting(60000, "local search: capacity of each replay buffer (forward terminal states; refined states)", low=1),
-    "rank_weight": Setting(0.01, "local search: rank-prioritised replay, P(i) proportional to 1 / (rank_weight N + rank_i) (gfn-diffusion's)", low=1e-8),
+    **LOCAL_SEARCH_SETTINGS,
 }
 
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
@@ -104,75 +93,9 @@ def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
     return graph, GFlowNet(pf, pb)
 
 
-def _backward_batch(graph: PointedGraph, gfn: GFlowNet, x: torch.Tensor) -> Batch:
-    """Terminal states ``x [B, n]`` walked back to s0 with P_B, scored so that :math:`q = R P_B` (for exact target samples
-    the weights are uniform and log Z = 0)."""
-    s = torch.cat([x, torch.full((len(x), 1), float(graph.max_length - 1), dtype=x.dtype)], 1)
-    traj = sample_backward(graph, gfn.pb, s)
-    log_pf, log_pb = log_densities(traj, gfn.pf, gfn.pb)
-    log_q = log_pb.detach().clone()
-    last = traj.length - 1
-    log_q[last, torch.arange(len(last))] += traj.log_R  # the step into the sink carries log R: sum_t log q = log R + sum_t log P_B
-    return Batch(graph, traj, Scores(log_pf, log_pb, log_q))
-
-
 def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
-    """Exact target samples walked back to s0 with P_B (:func:`_backward_batch`)."""
-    return _backward_batch(graph, gfn, TARGETS[cfg["target"]].sample(cfg["batch_size"]))
-
-
-class StateRing(nn.Module):
-    """A FIFO ring of at most ``capacity`` terminal states with their log-rewards, drawn with rank-based priority
-    :math:`P(i) \\propto 1 / (k N + \\mathrm{rank}_i)` (rank 0 the highest log R, ``k`` = ``rank_weight``; gfn-diffusion's
-    ``prioritized="rank"``). Its tensors are module buffers, so a run's checkpoint holds them."""
-
-    def __init__(self, capacity: int, dim: int, rank_weight: float):
-        super().__init__()
-        self.rank_weight = rank_weight
-        self.register_buffer("x", torch.zeros(capacity, dim))
-        self.register_buffer("log_R", torch.zeros(capacity))
-        self.register_buffer("count", torch.zeros((), dtype=torch.long))  # states ever added
-
-    def __len__(self) -> int:
-        return min(int(self.count), len(self.x))
-
-    def add(self, x: torch.Tensor, log_R: torch.Tensor) -> None:
-        idx = (int(self.count) + torch.arange(len(x))) % len(self.x)
-        self.x[idx], self.log_R[idx] = x.detach().to(self.x.dtype), log_R.detach().to(self.log_R.dtype)
-        self.count += len(x)
-
-    def draw(self, n: int) -> torch.Tensor:
-        size = len(self)
-        rank = torch.argsort(torch.argsort(self.log_R[:size], descending=True))
-        idx = torch.multinomial(1.0 / (self.rank_weight * size + rank.double()), n, replacement=True)
-        return self.x[idx]
-
-
-class LocalSearchBatches(nn.Module):
-    """Training batches with replay-buffer local search (Sendera et al. 2024, section 3; gfn-diffusion's ``--both_ways
-    --local_search``): even steps draw ``B`` trajectories from the (exploring) policy and keep their terminal states;
-    odd steps train on ``B`` refined states walked back with P_B (:func:`_backward_batch`). Every ``ls_every`` steps
-    ``B`` buffered states are refined by ``ls_moves`` MALA moves on log R (:func:`gflownet_measure.baselines.smc.mala_chain`, which leaves
-    R/Z invariant) into a second buffer, from which the odd steps draw. gfn-diffusion keeps every accepted state after a
-    burn-in of each chain; this keeps each chain's last state."""
-
-    def __init__(self, gfn: GFlowNet, graph: PointedGraph, cfg: dict):
-        super().__init__()
-        self.cfg, self.graph, self.objective = cfg, graph, get_objective(cfg["objective"])
-        self.gfn = [gfn]  # not a submodule: the checkpoint holds the GFlowNet on its own
-        dim = TARGETS[cfg["target"]].dim
-        self.visited, self.refined = StateRing(cfg["buffer_size"], dim, cfg["rank_weight"]), StateRing(cfg["buffer_size"], dim, cfg["rank_weight"])
-
-    def forward(self, step: int) -> Batch:
-        gfn, cfg, B = self.gfn[0], self.cfg, self.cfg["batch_size"]
-        if step % 2 == 0 or len(self.visited) == 0:
-            batch = self.objective.sample(self.graph, gfn, B, noise=exploration_noise(cfg, step))
-            self.visited.add(batch.traj.terminal[:, :-1], batch.traj.log_R)
-            return batch
-        if step % cfg["ls_every"] < 2 or len(self.refined) == 0:
-            r = mala_chain(TARGETS[cfg["target"]].log_prob, self.visited.draw(B), cfg["ls_moves"], math.sqrt(2 * cfg["ls_step"]))
-            self.refined.add(r.x, r.log_target)
-        return _backward_batch(self.graph, gfn, self.refined.draw(B))
+    """Exact target samples walked back to s0 with P_B (:func:`~gflownet_measure.experiments.local_search.backward_batch`)."""
+    return backward_batch(graph, gfn, TARGETS[cfg["target"]].sample(cfg["batch_size"]))
 
 
 def exploration_noise(cfg: dict, step: int) -> float:
@@ -194,16 +117,16 @@ def make_batches(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
     objective needs them (:meth:`~gflownet_measure.objectives.Objective.sample`: reparametrised on-policy for the
     path-wise reverse KL, else without gradients and scored by one batched call of each policy), with the regime's
     exploration noise; or, ``regime=target``, exact target samples walked back with P_B; or, ``local_search``, those
-    batches alternating with refined buffered states (:class:`LocalSearchBatches`)."""
+    batches alternating with refined buffered states (:class:`~gflownet_measure.experiments.local_search.LocalSearchBatches`)."""
     objective = get_objective(cfg["objective"])
-    if cfg["local_search"]:
-        return LocalSearchBatches(gfn, graph, cfg)
 
     def batches(step: int) -> Batch:
         if cfg["regime"] == "target":
             return _target_batch(graph, gfn, cfg)
         return objective.sample(graph, gfn, cfg["batch_size"], noise=exploration_noise(cfg, step))
 
+    if cfg["local_search"]:
+        return LocalSearchBatches(gfn, graph, batches, cfg["batch_size"], TARGETS[cfg["target"]].log_prob, build(LocalSearchConfig, cfg))
     return batches
 
 

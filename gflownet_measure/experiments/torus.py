@@ -40,6 +40,7 @@ from gflownet_measure.training import seeded_generator
 
 from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
+from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig
 from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history
 from .registry import Experiment, register
@@ -74,6 +75,7 @@ SETTINGS = {
         "samples per KDE of the paper's JSD, paper_jsd (appendix C.1: sampler KDE vs target-draw KDE; the public code's test n: 1,000 for R6, 10,000 for alanine); at most eval_samples",
         low=10,
     ),
+    **LOCAL_SEARCH_SETTINGS,
 }
 PAPER_TEST_POINTS = 1000  # the public code's test grid: ceil(1000^(1/n)) points per angle (closed_grid)
 
@@ -180,6 +182,25 @@ def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, t
     plot_density_panels(panels, path, title, share=(0, 1))
 
 
+def make_batches(gfn: GFlowNet, graph, objective, training: TrainingConfig, target: TorusTarget, cfg: dict) -> LocalSearchBatches | None:
+    """The training batches: the objective's own (``batch_size`` trajectories with ``epsilon`` exploration) or, with
+    ``local_search``, those alternating with buffered terminal states refined by MALA on the target's training
+    :math:`\\log R` and walked back with P_B (:class:`~gflownet_measure.experiments.local_search.LocalSearchBatches`; the
+    chains run on the unrolled angles and are wrapped back onto the torus)."""
+    if not cfg["local_search"]:
+        return None
+    return LocalSearchBatches(
+        gfn,
+        graph,
+        lambda step: objective.sample(graph, gfn, training.batch_size, training.epsilon),
+        training.batch_size,
+        target.log_reward,
+        build(LocalSearchConfig, cfg),
+        wrap=lambda x: torch.remainder(x, env.TWO_PI),
+        dtype=torch.float64,
+    )
+
+
 def run(cfg: dict, out: Path, resume: bool) -> dict:
     space, graph, pf, pb = make_environment("hybrid-torus" if cfg["space"] == "hybrid" else "torus", cfg)
     objective = configure(get_objective(cfg["objective"]), cfg)
@@ -194,7 +215,8 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         x = sample_forward(graph, pf, cfg["eval_samples"]).terminal[:, :n]
         return ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, cfg["paper_samples"], paper_seed)["paper_jsd"]} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
+    training = build(TrainingConfig, cfg)
+    history = train_gflownet(gfn, graph, objective, training, run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, objective, training, target, cfg))
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal[:, :n].double()
     np.savez(out / "samples.npz", x=x.cpu().numpy())
@@ -227,7 +249,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()),
             "exact_P_T/kl": grid_kl(ref.log_R, log_p_T),
         }
-    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}, P_B {space.backward}"
+    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}{' + LS' if cfg['local_search'] else ''}, P_B {space.backward}"
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
         _figure4(ref, log_kde, len(x), out / "figure4.png", label)

@@ -142,13 +142,15 @@ def test_local_search_alternates_policy_and_refined_buffer_batches():
     (every ls_every steps), walked back with P_B to s0. The buffers are module buffers, so a checkpoint holds them."""
     import torch
 
-    from gflownet_measure.experiments.sde import SETTINGS, LocalSearchBatches, make_gflownet
+    from gflownet_measure.experiments.local_search import LocalSearchBatches
+    from gflownet_measure.experiments.sde import SETTINGS, make_batches, make_gflownet
     from gflownet_measure.experiments.settings import resolve
 
     torch.manual_seed(0)
     cfg = resolve(SETTINGS, dict(s.split("=") for s in TINY) | {"target": "gmm25", "local_search": "true", "ls_every": "4", "ls_moves": "3"})
     graph, gfn = make_gflownet(cfg)
-    batches = LocalSearchBatches(gfn, graph, cfg)
+    batches = make_batches(gfn, graph, cfg)
+    assert isinstance(batches, LocalSearchBatches)
     b0 = batches(0)
     assert len(batches.visited) == 16 and len(batches.refined) == 0
     assert torch.equal(batches.visited.x[:16], b0.traj.terminal[:, :-1].float())
@@ -170,11 +172,11 @@ class Interrupt(Exception):
 def test_local_search_run_resumes_as_if_never_stopped(tmp_path, monkeypatch):
     """Stopped at its 3rd refined-state batch (step 5, after the step-4 checkpoint), then resumed: the same history and
     metrics as a run never stopped, to the bit (one thread): the checkpoint holds both buffers."""
-    from gflownet_measure.experiments import sde as sde_experiment
+    from gflownet_measure.experiments import local_search
 
     args = ["--threads", "1", "--set", "steps=8", "eval_every=4", "eval_samples=100", "batch_size=16", "hidden=8", "n_steps=5", "target=gmm25", "local_search=true", "ls_every=2", "ls_moves=3"]
     assert main(["run", "sde", "--out", str(tmp_path / "full"), *args]) == 0
-    real, calls = sde_experiment._backward_batch, []
+    real, calls = local_search.backward_batch, []
 
     def failing(*a, **k):
         calls.append(1)
@@ -182,10 +184,10 @@ def test_local_search_run_resumes_as_if_never_stopped(tmp_path, monkeypatch):
             raise Interrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sde_experiment, "_backward_batch", failing)
+    monkeypatch.setattr(local_search, "backward_batch", failing)
     with pytest.raises(Interrupt):
         main(["run", "sde", "--out", str(tmp_path / "cut"), *args])
-    monkeypatch.setattr(sde_experiment, "_backward_batch", real)
+    monkeypatch.setattr(local_search, "backward_batch", real)
     assert main(["run", "sde", "--out", str(tmp_path / "cut"), "--resume"]) == 0
 
     def rows(run):

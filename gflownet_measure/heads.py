@@ -373,6 +373,18 @@ class VonMisesMixtureHead(nn.Module):
     def n_params(self) -> int:
         return 3 * self.k * self.n_components
 
+    def location_offset(self, angles: Tensor) -> Tensor:
+        """Raw offsets ``[B, n_params]`` that make the locations absolute for a move :math:`\\theta \\to \\theta + u` of the
+        angles ``angles [B, k]`` (in the units of the domain): :math:`-2\\pi (\\theta_i + l_i) / T_i` at every component's
+        location of coordinate :math:`i`, 0 elsewhere. Added to the raw outputs, a network output :math:`m` (radians)
+        then centres the component on :math:`\\theta_i + u_i = m\\, T_i / 2\\pi` (von Mises being :math:`2\\pi`-periodic in its
+        location): a smooth function of the state can aim at a fixed angle, where the increment's location
+        :math:`m - \\theta` winds once around the circle with :math:`\\theta` and cannot be continuous."""
+        low, high = _bounds(self.domain, angles)
+        offset = angles.new_zeros(len(angles), self.k, 3, self.n_components)
+        offset[:, :, 1, :] = (-(angles + low) * (2 * math.pi) / (high - low))[:, :, None]
+        return offset.flatten(1)
+
     def forward(self, raw: Tensor) -> VonMisesMixture:
         logits, loc, pre = raw.unflatten(-1, (self.k, 3, self.n_components)).unbind(-2)  # [..., k, C] each
         return VonMisesMixture(logits, loc, self.c_min + nn.functional.softplus(pre), *_bounds(self.domain, raw))

@@ -58,6 +58,8 @@ class MLPPolicy(Policy):
             to P_F, Lahlou et al. 2023 section 4.1); its parameters are then trained by both.
         source: when given, the raw outputs at this state are free parameters (initialised to 0)
             instead of the network's, as the public quarter-disc code does at :math:`s_0`.
+        offset: ``s -> [B, n_out]`` added to the raw outputs at ``s`` (a fixed function of the state, e.g. the torus's
+            absolute von Mises locations, :func:`gflownet_measure.environments.torus.absolute_locations`); none if None.
     """
 
     source: Tensor | None  # a registered buffer (nn.Module's __getattr__ would type it Tensor | Module)
@@ -73,8 +75,10 @@ class MLPPolicy(Policy):
         n_layers: int = 2,
         shared_torso: nn.Sequential | None = None,
         source: Tensor | None = None,
+        offset: Callable[[Tensor], Tensor] | None = None,
     ):
         super().__init__(kernel)
+        self.offset = offset
         self.encode, self.n_atoms = encode, n_atoms
         self.heads = nn.ModuleList(heads)
         n_out = n_atoms + len(heads) + sum(cast(int, h.n_params) for h in heads)  # a head's int attribute, typed Tensor | Module by nn.Module
@@ -115,6 +119,8 @@ class MLPPolicy(Policy):
             out = self.out(self.features(s, at_source) if features is None else features)
             if at_source is not None and source_out is not None and n_source:
                 out = torch.where(at_source[:, None], source_out.expand_as(out), out)
+        if self.offset is not None:
+            out = out + self.offset(s).to(out.dtype)
         n_logits = self.n_atoms + len(self.heads)
         logits, rest = out[:, :n_logits], out[:, n_logits:]
         coords = []

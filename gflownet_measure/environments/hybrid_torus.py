@@ -85,7 +85,8 @@ def make_policies(graph: PointedGraph, config: TorusConfig):
     n = config.n_dim
     torus = VonMisesMixtureHead(increments_box(n), config.n_components, config.c_min)
     circles = lambda: [VonMisesMixtureHead(CIRCLE, config.n_components, config.c_min) for _ in range(n)]  # noqa: E731
-    return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [torus, *circles()], circles())
+    each = [[i] for i in range(n)]
+    return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [torus, *circles()], circles(), [range(n), *each], each)
 
 
 def _wrapped(v: Tensor) -> Tensor:

@@ -22,6 +22,7 @@ Eq. 4 holds level by level: both sides are :math:`\\lambda \\otimes \\lambda` on
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +52,7 @@ __all__ = [
     "target_of",
     "make_graph",
     "make_policies",
+    "absolute_locations",
     "mlp_policies",
 ]
 
@@ -86,6 +88,11 @@ class TorusConfig:
     )
     exploration_concentration: float = option(5.0, "concentration of the von-mises exploration move (the public code: 5)", low=1e-3)
     backward: str = option("learned", "P_B: learned (own MLP), tied (P_F's torso, own output layer) or uniform (Haar)", choices=("learned", "tied", "uniform"))
+    location: str = option(
+        "increment",
+        "what the network's von Mises locations are: increment (the move, the public code's) or absolute (the angle the move lands on; absolute_locations)",
+        choices=("increment", "absolute"),
+    )
     temperature: float = option(300.0, "alanine: temperature in kelvin of the Boltzmann density exp(-E / kT)", low=0.0)
     forcefield: str = option("amber14-all.xml", "alanine: OpenMM force-field file (vacuum, no cutoff), e.g. amber14-all.xml or amber99sbildn.xml")
     structure: str = option("", "alanine: PDB file of the molecule (empty: the bundled ACE-ALA-NME)", path=True)
@@ -177,15 +184,40 @@ def torus_graph(config: TorusConfig, kernel: type, name: str) -> PointedGraph:
     )
 
 
-def mlp_policies(graph: PointedGraph, config: TorusConfig, kappa: Kernel, kappa_b: Kernel, n_atoms: int, pf_heads: list, pb_heads: list):
+def absolute_locations(n_logits: int, heads: list, angles: list) -> Callable[[Tensor], Tensor]:
+    """:class:`~gflownet_measure.networks.MLPPolicy`'s ``offset`` that makes the von Mises locations of ``heads`` absolute
+    (:meth:`~gflownet_measure.heads.VonMisesMixtureHead.location_offset`): ``angles[j]`` are the state coordinates head
+    ``j`` moves; the first ``n_logits`` raw outputs (atom and piece logits) are left as they are.
+
+    With the public code's increments a policy that sends every state to one basin needs the location :math:`\\mu - \\theta`,
+    which jumps by :math:`2\\pi` somewhere on the circle; an absolute location is the constant :math:`\\mu`. On alanine
+    dipeptide's narrow basins this is what lets the last moves land on them (docs/results.md, section 9)."""
+
+    def offset(s: Tensor) -> Tensor:
+        return torch.cat([s.new_zeros(len(s), n_logits), *(h.location_offset(s[:, list(a)]) for h, a in zip(heads, angles))], 1)
+
+    return offset
+
+
+def mlp_policies(
+    graph: PointedGraph, config: TorusConfig, kappa: Kernel, kappa_b: Kernel, n_atoms: int, pf_heads: list, pb_heads: list, pf_angles: list, pb_angles: list
+):
     """``(P_F, P_B)``: MLPs on the graph's encoding over ``kappa`` / ``kappa_b``; P_B as ``config.backward`` says
-    (``learned``: its own MLP, the public code's ``shared_weights: False``; ``tied``: P_F's torso; ``uniform``)."""
+    (``learned``: its own MLP, the public code's ``shared_weights: False``; ``tied``: P_F's torso; ``uniform``).
+    ``pf_angles`` / ``pb_angles``: the state coordinates each head moves, for ``config.location = absolute``
+    (:func:`absolute_locations`)."""
     n_in = graph.encode.width
-    pf = MLPPolicy(kappa, graph.encode, n_in, n_atoms, pf_heads, hidden=config.hidden, n_layers=config.n_layers)
+
+    def offset(heads: list, angles: list):
+        return absolute_locations(n_atoms + len(heads), heads, angles) if config.location == "absolute" else None
+
+    pf = MLPPolicy(kappa, graph.encode, n_in, n_atoms, pf_heads, hidden=config.hidden, n_layers=config.n_layers, offset=offset(pf_heads, pf_angles))
     if config.backward == "uniform":
         return pf, UniformPolicy(kappa_b)
     shared = pf.torso if config.backward == "tied" else None
-    return pf, MLPPolicy(kappa_b, graph.encode, n_in, n_atoms, pb_heads, hidden=config.hidden, n_layers=config.n_layers, shared_torso=shared)
+    return pf, MLPPolicy(
+        kappa_b, graph.encode, n_in, n_atoms, pb_heads, hidden=config.hidden, n_layers=config.n_layers, shared_torso=shared, offset=offset(pb_heads, pb_angles)
+    )
 
 
 def make_policies(graph: PointedGraph, config: TorusConfig):
@@ -193,4 +225,5 @@ def make_policies(graph: PointedGraph, config: TorusConfig):
     w.r.t. Haar measure on the next (previous) step's torus; an exit logit at ``t = T`` (where it is the only component)."""
     n = config.n_dim
     head = lambda: VonMisesMixtureHead(increments_box(n), config.n_components, config.c_min)  # noqa: E731
-    return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [head()], [head()])
+    every = [range(n)]
+    return mlp_policies(graph, config, graph.kappa, graph.kappa_b, 1, [head()], [head()], every, every)

@@ -63,9 +63,12 @@ SETTINGS = {
 }
 
 _PAPER = {"steps": 1500, "batch_size": 300, "lr": 1e-2, "lr_logZ": 1e-1, "eval_every": 100}
+# the paper's T = 100 for 800 batches, K = 1,000: the quick preset until 2026-12-06, and the budget of sde-table's Sendera et al. rows
+SHORT = _PAPER | {"steps": 800, "eval_every": 200, "eval_samples": 1000}
 PRESETS = {
-    # the paper's T = 100 for 800 batches, off-policy TB covering the 9 modes (docs/results.md, section 3: 'Quick preset: off-policy TB')
-    "quick": _PAPER | {"steps": 800, "eval_every": 200, "eval_samples": 1000},
+    # the paper's 1,500 batches with the Langevin term (gfn-diffusion's score clip 100) and the paper's K: the funnel's x_0
+    # within KS 0.05 of its marginal and the 9 modes covered (docs/results.md, section 3: 'Quick preset: the Langevin term')
+    "quick": _PAPER | {"eval_every": 500, "eval_samples": 0, "langevin": True, "langevin_clip": 100.0},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
 PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000}  # Sendera et al. 2024: K = 2,000

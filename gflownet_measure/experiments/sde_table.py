@@ -155,10 +155,10 @@ SETTINGS = {k: v for k, v in sde.SETTINGS.items() if k not in _ROW_KEYS} | {
     "smc_temps": Setting(100, "temperatures of the SMC and HMC baselines", low=1),
 }
 PRESETS = {
-    "quick": sde.PRESETS["quick"] | {"steps": 100, "n_steps": 50, "eval_every": 50, "seeds": 1, "targets": "gmm9", "rows": "0,3", "smc_particles": 500},
+    "quick": sde.SHORT | {"steps": 100, "n_steps": 50, "eval_every": 50, "seeds": 1, "targets": "gmm9", "rows": "0,3", "smc_particles": 500},
     "paper": sde.PRESETS["paper"] | {"seeds": 10},
-    # Table 1's targets, rows and 5 runs at the sde quick preset's budget (800 batches of 300, T = 100, K = 2,000)
-    "sendera2024": sde.PRESETS["quick"] | {"suite": "sendera2024", "seeds": 5, "eval_samples": 0},
+    # Table 1's targets, rows and 5 runs at 800 batches of 300 (sde.SHORT), T = 100, K = 2,000
+    "sendera2024": sde.SHORT | {"suite": "sendera2024", "seeds": 5, "eval_samples": 0},
 }
 
 

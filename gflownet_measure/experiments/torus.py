@@ -89,6 +89,11 @@ PRESETS = {
     # R6 to the paper's criteria on a CPU: the quick network for 18,000 updates, every rate halved at 9,000; the learned
     # log Z within 0.05 of the exact on seeds 0-2, 6-7 min a seed (docs/results.md, section 9, the last rows of 'Quick preset')
     "r6": _QUICK | {"steps": 18000, "eval_every": 2000, "lr_milestone": 9000},
+    # alanine dipeptide on a CPU: the quick network with absolute von Mises locations and replay-buffer local search (MALA on
+    # log R), 45,000 updates with every rate halved each 15,000; the paper's 10,000 samples (docs/results.md, section 9)
+    "alanine": _QUICK
+    | {"target": "alanine", "location": "absolute", "local_search": True, "steps": 45000, "lr_milestone": 15000, "eval_every": 5000}
+    | {"eval_samples": 10000, "paper_samples": 10000},
     "paper": _PAPER,
     "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000, "paper_samples": 10000},
 }
@@ -249,7 +254,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()),
             "exact_P_T/kl": grid_kl(ref.log_R, log_p_T),
         }
-    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}{' + LS' if cfg['local_search'] else ''}, P_B {space.backward}"
+    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}{' + LS' if cfg['local_search'] else ''}, P_B {space.backward}{', absolute locations' if space.location == 'absolute' else ''}"
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
         _figure4(ref, log_kde, len(x), out / "figure4.png", label)

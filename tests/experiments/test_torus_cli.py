@@ -61,3 +61,18 @@ def test_the_paper_jsd_target_draws_score_as_rejection_draws_do():
     grid = ref.paper_jsd(ref.exact_draws(10000, g), 1000, seed=5)
     assert rejection["paper_jsd_sets"] == 10 and 0.045 < grid["paper_jsd"] < 0.08
     assert abs(rejection["paper_jsd"] - grid["paper_jsd"]) < 0.007
+
+
+def test_alanine_preset_runs_the_molecule_with_absolute_locations_and_local_search(tmp_path):
+    """`--preset alanine` (a few updates): the molecule's target, absolute locations, local search; the run writes the
+    contract and its four Ramachandran basins' exact masses sum to one."""
+    pytest.importorskip("openmm", reason="the molecule extra (OpenMM) is not installed")
+    out = tmp_path / "ala"
+    tiny = ["steps=4", "eval_every=2", "eval_samples=100", "paper_samples=50", "batch_size=16", "hidden=16", "n_layers=1", "n_steps=2", "eval_grid=24", "ls_every=2", "ls_moves=3"]
+    assert main(["run", "torus", "--preset", "alanine", "--out", str(out), "--threads", "1", "--set", *tiny]) == 0
+    check_contract(out)
+    settings = json.loads((out / "config.json").read_text())["settings"]
+    assert settings["target"] == "alanine" and settings["location"] == "absolute" and settings["local_search"] is True
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert sum(v for k, v in metrics.items() if k.startswith("mass_exact/")) == pytest.approx(1.0)
+    assert (out / "ramachandran.png").exists()

@@ -92,8 +92,16 @@ PRESETS = {
     # alanine dipeptide on a CPU: the quick network with absolute von Mises locations and replay-buffer local search (MALA on
     # log R), 45,000 updates with every rate halved each 15,000; the paper's 10,000 samples (docs/results.md, section 9)
     "alanine": _QUICK
-    | {"target": "alanine", "location": "absolute", "local_search": True, "steps": 45000, "lr_milestone": 15000, "eval_every": 5000}
-    | {"eval_samples": 10000, "paper_samples": 10000},
+    | {
+        "target": "alanine",
+        "location": "absolute",
+        "local_search": True,
+        "steps": 45000,
+        "lr_milestone": 15000,
+        "eval_every": 5000,
+        "eval_samples": 10000,
+        "paper_samples": 10000,
+    },
     "paper": _PAPER,
     "paper-alanine": _PAPER | {"target": "alanine", "steps": 40000, "paper_samples": 10000},
 }

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from gflownet_measure.checks import probe_contracts
+from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
@@ -323,9 +324,11 @@ def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> d
     return {} if objective.log_Z is None else {"log_Z": objective.log_Z(gfn, graph)}
 
 
-def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int) -> tuple[Trajectories, float, float]:
-    """``n`` on-policy trajectories and the two log Z estimates from them: (mean w, log-mean-exp w)."""
+def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int, pf: Policy | None = None) -> tuple[Trajectories, float, float]:
+    """``n`` on-policy trajectories of ``pf`` (default ``gfn.pf``; e.g. a weight average of it) and the two log Z estimates
+    from them against ``gfn.pb``: (mean w, log-mean-exp w)."""
+    pf = gfn.pf if pf is None else pf
     with torch.no_grad():
-        traj = sample_forward(graph, gfn.pf, n)
-        w = log_weights(traj.log_R, *log_densities(traj, gfn.pf, gfn.pb), traj.mask)
+        traj = sample_forward(graph, pf, n)
+        w = log_weights(traj.log_R, *log_densities(traj, pf, gfn.pb), traj.mask)
     return (traj, *log_z_bounds(w))

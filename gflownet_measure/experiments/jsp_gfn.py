@@ -55,7 +55,7 @@ from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history,
 from .registry import Experiment, register
 from .settings import ConfigError, build
 from .tables import write_table
-from .training_config import TrainingConfig, training_settings
+from .training_config import TrainingConfig, ema_setting, training_settings
 
 BASELINE_NAMES = {name: b.label for name, b in structure_baselines.STRUCTURE_BASELINES.items()}
 """The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.baselines.structure.STRUCTURE_BASELINES`:
@@ -129,12 +129,7 @@ SETTINGS = {
         low=0.0,
     ),
     "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
-    "ema": Setting(
-        0.999,
-        "decay of an exponential moving average of the policy's weights; when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler",
-        low=0.0,
-        high=0.999999,
-    ),
+    "ema": ema_setting(0.999),
 }
 
 PRESETS = {

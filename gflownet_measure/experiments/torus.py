@@ -16,6 +16,9 @@ what exact draws score on it (not 0: both KDEs are noisy; on R6 0.061 at 1,000 s
 For alanine the grid and basin masses use exact OpenMM energies; training reads the interpolated energy grid. With
 ``space=hybrid`` (:mod:`gflownet_measure.environments.hybrid_torus`) also ``exact_P_T/{jsd,l1,kl}``: the learned sampler's terminal density itself,
 by enumeration of its discrete choices and quadrature of its angles (:func:`~gflownet_measure.environments.hybrid_torus.terminal_density`).
+With ``ema`` > 0 the sampler is an exponential moving average of P_F's weights (Polyak averaging); the last iterate is
+scored beside it at each evaluation (``last_*``), from the draws a run without ``ema`` would make, so that training and
+``last_*`` are those of the same run without the average.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
-from gflownet_measure.training import seeded_generator
+from gflownet_measure.training import WeightAverage, seeded_generator
 
 from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
@@ -45,7 +48,7 @@ from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history
 from .registry import Experiment, register
 from .settings import ConfigError, build
-from .training_config import TrainingConfig, training_settings
+from .training_config import TrainingConfig, ema_setting, training_settings
 
 SETTINGS = {
     **env.SETTINGS,
@@ -76,6 +79,7 @@ SETTINGS = {
         low=10,
     ),
     **LOCAL_SEARCH_SETTINGS,
+    "ema": ema_setting(0.0),
 }
 PAPER_TEST_POINTS = 1000  # the public code's test grid: ceil(1000^(1/n)) points per angle (closed_grid)
 
@@ -90,12 +94,14 @@ PRESETS = {
     # log Z within 0.05 of the exact on seeds 0-2, 6-7 min a seed (docs/results.md, section 9, the last rows of 'Quick preset')
     "r6": _QUICK | {"steps": 18000, "eval_every": 2000, "lr_milestone": 9000},
     # alanine dipeptide on a CPU: the quick network with absolute von Mises locations and replay-buffer local search (MALA on
-    # log R), 45,000 updates with every rate halved each 15,000; the paper's 10,000 samples (docs/results.md, section 9)
+    # log R), 45,000 updates with every rate halved each 15,000, a moving average of the weights (horizon 1,000 updates) as
+    # the sampler; the paper's 10,000 samples (docs/results.md, section 9)
     "alanine": _QUICK
     | {
         "target": "alanine",
         "location": "absolute",
         "local_search": True,
+        "ema": 0.999,
         "steps": 45000,
         "lr_milestone": 15000,
         "eval_every": 5000,
@@ -223,19 +229,34 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     ref = Reference.build(target, cfg["eval_grid"], cfg["bandwidth"])
     n = space.n_dim
     paper_seed = torch.initial_seed() + 1  # the target draws of paper_jsd, independent of the floor's (seed torch.initial_seed())
+    exact = ref.exact_masses()
+
+    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
+    sampler = pf if ema is None else ema.module
+
+    def scores(policy, prefix: str = "") -> dict:
+        x = sample_forward(graph, policy, cfg["eval_samples"]).terminal[:, :n]
+        masses = ref.masses(x)
+        found = ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, cfg["paper_samples"], paper_seed)["paper_jsd"]} | masses | basin_errors(masses, exact)
+        return {prefix + k: v for k, v in found.items()}
 
     def evaluate() -> dict:
-        x = sample_forward(graph, pf, cfg["eval_samples"]).terminal[:, :n]
-        return ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, cfg["paper_samples"], paper_seed)["paper_jsd"]} | learned_log_Z(objective, gfn, graph)
+        last = scores(pf, "last_" if ema is not None else "")  # first, from the run's stream: as a run without ema draws it
+        if ema is None:
+            return last | learned_log_Z(objective, gfn, graph)
+        with torch.random.fork_rng():  # the average's draws leave the training stream as it was
+            return scores(sampler) | last | learned_log_Z(objective, gfn, graph)
 
     training = build(TrainingConfig, cfg)
-    history = train_gflownet(gfn, graph, objective, training, run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, objective, training, target, cfg))
-    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+    history = train_gflownet(
+        gfn, graph, objective, training, run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, objective, training, target, cfg), ema
+    )
+    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"], sampler)
     x = traj.terminal[:, :n].double()
     np.savez(out / "samples.npz", x=x.cpu().numpy())
     exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
     floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
-    exact, masses, log_kde = ref.exact_masses(), ref.masses(x), ref.log_kde(x)
+    masses, log_kde = ref.masses(x), ref.log_kde(x)
     metrics = (
         ref.distances(x, log_kde=log_kde)
         | ref.paper_jsd(x, cfg["paper_samples"], paper_seed)
@@ -254,9 +275,10 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             "trajectories": cfg["steps"] * cfg["batch_size"],
         }
         | {f"target/{k}": v for k, v in target.info}
+        | {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     )
     if cfg["space"] == "hybrid":  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
-        log_p_T = hybrid_torus.terminal_density(graph, pf, ref.G).clamp(min=1e-300).log()
+        log_p_T = hybrid_torus.terminal_density(graph, sampler, ref.G).clamp(min=1e-300).log()
         metrics |= {
             "exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R),
             "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()),

@@ -9,7 +9,7 @@ from typing import Any
 
 from gflownet_measure.options import Setting, check_options, option, settings_of
 
-__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "training_settings"]
+__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "ema_setting", "training_settings"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,14 @@ def training_settings(without: tuple[str, ...] = (), **defaults: Any) -> dict[st
     if unknown:
         raise ValueError(f"no training setting {', '.join(unknown)}; valid: {', '.join(TRAINING_SETTINGS)}")
     return {k: dataclasses.replace(s, default=defaults.get(k, s.default)) for k, s in TRAINING_SETTINGS.items() if k not in without}
+
+
+def ema_setting(default: float) -> Setting:
+    """The ``ema`` setting of an experiment whose sampler may be a moving average of the policy's weights
+    (:class:`~gflownet_measure.training.WeightAverage`, Polyak averaging), with that experiment's default."""
+    return Setting(
+        default,
+        "decay of an exponential moving average of the policy's weights (horizon 1 / (1 - ema) updates); when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler",
+        low=0.0,
+        high=0.999999,
+    )

@@ -32,6 +32,25 @@ def test_run_writes_the_contract(space, tmp_path):
     assert {"jsd.png", "figure4.png"} <= {p.name for p in out.glob("*.png")}
 
 
+def test_a_weight_average_leaves_training_and_the_last_iterate_as_without_it(tmp_path):
+    """With ``ema`` the average is the sampler and the last iterate is scored beside it from the stream a run without the
+    average draws: the losses and the last iterate's scores equal the plain run's (one thread: the runs are deterministic),
+    while the average, a different policy after a few updates, scores otherwise."""
+    rows = {}
+    for ema in ("0", "0.9"):
+        out = tmp_path / ema
+        assert main(["run", "torus", "--preset", "quick", "--out", str(out), "--threads", "1", "--set", *TINY[1:], "steps=6", f"ema={ema}"]) == 0
+        rows[ema] = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    check_contract(tmp_path / "0.9")
+    plain, averaged = rows["0"], rows["0.9"]
+    assert [r["loss"] for r in averaged] == [r["loss"] for r in plain]
+    for key in ("jsd", "paper_jsd", "mass_max_abs_error", "mass/mode0"):
+        assert [r[f"last_{key}"] for r in averaged] == [r[key] for r in plain]
+    assert averaged[-1]["jsd"] != plain[-1]["jsd"]
+    metrics = json.loads((tmp_path / "0.9" / "metrics.json").read_text())
+    assert metrics["last_jsd"] == plain[-1]["jsd"] and "last_jsd" not in json.loads((tmp_path / "0" / "metrics.json").read_text())
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--set", "target=r7"], "target='r7' is not allowed; valid: r6, alanine"),
     (["--set", "temperature=0"], "temperature=0.0 must be > 0 kelvin"),
@@ -64,15 +83,15 @@ def test_the_paper_jsd_target_draws_score_as_rejection_draws_do():
 
 
 def test_alanine_preset_runs_the_molecule_with_absolute_locations_and_local_search(tmp_path):
-    """`--preset alanine` (a few updates): the molecule's target, absolute locations, local search; the run writes the
-    contract and its four Ramachandran basins' exact masses sum to one."""
+    """`--preset alanine` (a few updates): the molecule's target, absolute locations, local search, the weight average;
+    the run writes the contract and its four Ramachandran basins' exact masses sum to one."""
     pytest.importorskip("openmm", reason="the molecule extra (OpenMM) is not installed")
     out = tmp_path / "ala"
     tiny = ["steps=4", "eval_every=2", "eval_samples=100", "paper_samples=50", "batch_size=16", "hidden=16", "n_layers=1", "n_steps=2", "eval_grid=24", "ls_every=2", "ls_moves=3"]
     assert main(["run", "torus", "--preset", "alanine", "--out", str(out), "--threads", "1", "--set", *tiny]) == 0
     check_contract(out)
     settings = json.loads((out / "config.json").read_text())["settings"]
-    assert settings["target"] == "alanine" and settings["location"] == "absolute" and settings["local_search"] is True
+    assert settings["target"] == "alanine" and settings["location"] == "absolute" and settings["local_search"] is True and settings["ema"] == 0.999
     metrics = json.loads((out / "metrics.json").read_text())
     assert sum(v for k, v in metrics.items() if k.startswith("mass_exact/")) == pytest.approx(1.0)
     assert (out / "ramachandran.png").exists()

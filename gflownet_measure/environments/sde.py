@@ -66,7 +66,8 @@ __all__ = [
 # targets and Table 2'). With sigma = 5 itself off-policy TB collapses onto one mode of the mixture (B_RW = -2.2 = log 1/9).
 # The Sendera et al. 2024 targets take gfn-diffusion's t_scale: its default 5 for the 25-Gaussian grid, and 1 for the
 # funnel and many-well, as its README's many-well commands (docs/references.md, 'Diffusion-sampler benchmark').
-DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0, "gmm25": math.sqrt(5.0), "hard_funnel": 1.0, "many_well": 1.0}
+# gfn-diffusion has no LGCP; it takes the same 1 (docs/references.md, 'Diffusion-sampler benchmark').
+DEFAULT_SIGMA = {"gmm9": math.sqrt(5.0), "funnel": 1.0, "gmm25": math.sqrt(5.0), "hard_funnel": 1.0, "many_well": 1.0, "lgcp": 1.0}
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class SDEConfig:
     n_steps: int = option(100, "Euler-Maruyama steps T over the unit time horizon", low=1, high=10000)
     sigma: float = option(
         0.0,
-        "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9 and gmm25, 1 for the funnels and many_well)",
+        "diffusion coefficient sigma (per unit time); 0 = the paper's value for the target (sqrt 5 for gmm9 and gmm25, 1 for the funnels, many_well and lgcp)",
         low=0.0,
     )
     hidden: int = option(64, "width of the PIS-style networks", low=1)

@@ -18,18 +18,24 @@ its first two coordinates (:meth:`log_marginal01`, for figures).
   + \\tfrac12 x_{2i} - \\tfrac12 x_{2i+1}^2` (Midgley et al. 2022; gfn-diffusion's and torchgfn's ``ManyWell``), not
   normalised: :math:`\\log Z = 16 (\\log Z_1 + \\tfrac12 \\log 2\\pi) = 164.6957`, :math:`Z_1 = \\int e^{-x^4 + 6x^2 + x/2} dx
   = 11784.509` by quadrature (:class:`ManyWell`).
+- ``lgcp``: the log-Gaussian Cox process on the Finnish pines (Møller, Syversveen & Waagepetersen 1998; d = 1,600),
+  the posterior of the log-intensity on a 40 x 40 grid (:class:`CoxProcess`); its log Z is not known in closed form
+  (``log_Z`` is ``None``) and it has no exact sampler: Sendera et al. 2024 report the estimates themselves (log Ẑ).
 """
 
 from __future__ import annotations
 
 import math
+from functools import cached_property
+from importlib import resources
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["GridMixture", "Funnel", "ManyWell", "TARGETS"]
+__all__ = ["GridMixture", "Funnel", "ManyWell", "CoxProcess", "TARGETS"]
 
 
 def _normal_cdf(z: Tensor) -> Tensor:
@@ -176,10 +182,79 @@ class ManyWell:
         return 1.0 - float(self.cdf0(torch.zeros(1, dtype=torch.float64)))
 
 
+class CoxProcess:
+    """The log-Gaussian Cox process on the Finnish pines (Møller, Syversveen & Waagepetersen 1998, section 5; the LGCP
+    of Arbel et al. 2021, Zhang & Chen 2022 (PIS), Vargas et al. 2023 (DDS) and Sendera et al. 2024, Table 1).
+
+    The 126 trees (``data/finpines.csv``, rescaled to the unit square) are counted on a ``grid`` x ``grid`` lattice of
+    cells of area :math:`a = 1/d`, :math:`d` = ``grid``², giving counts :math:`n_i`; cell :math:`i = (r, c)` is row
+    ``r`` = ⌊``grid`` x⌋ and column ``c`` = ⌊``grid`` y⌋ (a point on the upper edge joins the last cell), flattened as
+    ``r * grid + c``. The latent log-intensity :math:`x \\in \\mathbb R^d` has a Gaussian prior with the exponential
+    covariance :math:`K_{ij} = \\sigma^2 \\exp(-\\lVert u_i - u_j \\rVert / (G\\beta))` of the cells' integer indices
+    :math:`u`, :math:`\\sigma^2 = 1.91`, :math:`\\beta = 1/33`, :math:`G` = ``grid``, and constant mean
+    :math:`\\mu = \\log 126 - \\sigma^2/2`; given :math:`x` the counts are independent Poisson with means :math:`a e^{x_i}`:
+
+    .. math:: \\log R(x) = \\log \\mathcal N(x; \\mu \\mathbf 1, K) + \\sum_i \\big(n_i x_i - a\\, e^{x_i}\\big).
+
+    As in the public codes of those papers the Poisson terms leave out the constants :math:`n_i \\log a - \\log n_i!`
+    (:attr:`likelihood_constant`, -941.21 at ``grid = 40``), so the normaliser :math:`Z = \\int R` and its estimates
+    compare with their log Ẑ; the posterior itself is unchanged. The prior's precision :math:`K^{-1}` and :math:`\\log\\det K` come from a float64
+    Cholesky factor, computed at first use; :math:`\\nabla \\log R(x) = -K^{-1}(x - \\mu) + n - a e^{x}`.
+    """
+
+    log_Z = None  # no closed form: the estimates are reported themselves
+    signal_variance, length_scale = 1.91, 1.0 / 33.0
+
+    def __init__(self, name: str = "lgcp", grid: int = 40):
+        self.name, self.grid, self.dim = name, grid, grid * grid
+        with resources.files("gflownet_measure.environments").joinpath("data/finpines.csv").open() as f:
+            self.points = torch.from_numpy(np.loadtxt(f, delimiter=",", skiprows=1))  # [126, 2] in the unit square
+        cell = torch.floor(self.points * grid).long().clamp(max=grid - 1)
+        self.counts = torch.bincount(cell[:, 0] * grid + cell[:, 1], minlength=self.dim).double()  # [d]
+        self.area = 1.0 / self.dim
+        self.mean = math.log(len(self.points)) - 0.5 * self.signal_variance
+        self.likelihood_constant = float((self.counts * math.log(self.area) - torch.lgamma(self.counts + 1)).sum())
+
+    def covariance(self) -> Tensor:
+        """``[d, d]`` float64: :math:`K_{ij} = \\sigma^2 \\exp(-\\lVert u_i - u_j \\rVert / (G\\beta))`."""
+        g = torch.arange(self.grid, dtype=torch.float64)
+        u = torch.cartesian_prod(g, g)  # [d, 2], row-major as the counts
+        return self.signal_variance * torch.exp(-torch.cdist(u, u) / (self.grid * self.length_scale))
+
+    @cached_property
+    def _prior(self) -> tuple[Tensor, Tensor, float]:
+        """The prior's Cholesky factor :math:`L` (:math:`K = LL^\\top`), its precision :math:`K^{-1}` (both float64) and
+        the normaliser :math:`-\\tfrac d2 \\log 2\\pi - \\log\\det L`."""
+        chol = torch.linalg.cholesky(self.covariance())
+        return chol, torch.cholesky_inverse(chol), -0.5 * self.dim * LOG_2PI - float(chol.diagonal().log().sum())
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """:math:`\\log R(x)` ``[B]`` for ``x [B, d]``, in the dtype of ``x``."""
+        _, precision, log_norm = self._prior
+        diff = x - self.mean
+        quadratic = ((diff @ precision.to(x)) * diff).sum(1)
+        return log_norm - 0.5 * quadratic + (self.counts.to(x) * x - self.area * torch.exp(x)).sum(1)
+
+    def whitened_log_prob(self, z: Tensor) -> Tensor:
+        """The same target in the prior's whitened coordinates, :math:`x = \\mu + Lz`:
+        :math:`\\log R(\\mu + Lz) + \\log\\det L = \\log\\mathcal N(z; 0, I) + \\sum_i (n_i x_i - a e^{x_i})`, ``[B]`` for
+        ``z [B, d]``. Its normaliser is the same :math:`Z`, and its prior part is the standard normal, so an annealed
+        sampler that starts from :math:`\\mathcal N(0, I)` starts from the prior (the LGCP reference of
+        :func:`~gflownet_measure.baselines.smc.annealed_smc`)."""
+        chol = self._prior[0].to(z)
+        x = self.mean + z @ chol.T
+        return -0.5 * z.square().sum(1) - 0.5 * self.dim * LOG_2PI + (self.counts.to(z) * x - self.area * torch.exp(x)).sum(1)
+
+    def field(self, x: Tensor) -> Tensor:
+        """``[grid, grid]``: the posterior mean of the intensity :math:`e^{x_i}` per cell from samples ``x [K, d]``."""
+        return torch.exp(x.double()).mean(0).reshape(self.grid, self.grid)
+
+
 TARGETS = {
     "gmm9": GridMixture("gmm9", (-5.0, 0.0, 5.0)),
     "gmm25": GridMixture("gmm25", (-10.0, -5.0, 0.0, 5.0, 10.0)),
     "funnel": Funnel("funnel", 1.0),
     "hard_funnel": Funnel("hard_funnel", 3.0),
     "many_well": ManyWell(),
+    "lgcp": CoxProcess(),
 }

@@ -15,8 +15,10 @@ and regime (docs/references.md, 'SDE targets and Table 2'):
 Metrics: ``log_Z_lower_bound`` (B: mean of w) and ``log_Z_importance_weighted`` (B_RW: log-mean-exp of w)
 over ``eval_samples`` on-policy trajectories, w = log R + sum log P_B - sum log P_F; the bias is the
 estimate minus the exact log Z (Lahlou et al. 2023's B and B_RW), and ``delta_log_Z`` / ``delta_log_Z_RW`` the exact
-log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW). Of the samples (:func:`sample_metrics`): the KS
-distance of the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well).
+log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW); for a target whose log Z is unknown (``lgcp``)
+the estimates alone, Sendera et al.'s log Ẑ and log Ẑ^RW. Of the samples (:func:`sample_metrics`): the KS distance of
+the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well); for
+``lgcp`` the posterior mean of the intensity per cell, drawn beside the trees' counts.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from gflownet_measure.environments import sde as env
-from gflownet_measure.environments.sde_targets import TARGETS
+from gflownet_measure.environments.sde_targets import TARGETS, CoxProcess
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
@@ -39,7 +41,7 @@ from .common import configure, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
 from .memory import require_memory
-from .plots import optional_figure, plot_history, plot_sample_panels
+from .plots import optional_figure, plot_density_panels, plot_history, plot_sample_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
 from .training_config import TrainingConfig, training_settings
@@ -71,22 +73,26 @@ PRESETS = {
     "quick": _PAPER | {"eval_every": 500, "eval_samples": 0, "langevin": True, "langevin_clip": 100.0},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
-PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000}  # Sendera et al. 2024: K = 2,000
+PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000, "lgcp": 2000}  # Sendera et al. 2024: K = 2,000
 
 
 def _validate(cfg: dict) -> None:
-    """Settings that do not go together, and the memory of one update: about 3.6 KB per trajectory and time step at
-    width 64 (measured at T = 50: 182 KB per trajectory), taken as proportional to the width, twice that with a learned P_B."""
+    """Settings that do not go together, and the memory of one update per trajectory and time step: about 3.6 KB at
+    width 64 (measured at T = 50, d = 2: 182 KB per trajectory), taken as proportional to the width, twice that with a
+    learned P_B, plus 112 bytes per coordinate of the state (the LGCP, d = 1,600, batch 300, T = 100: 5.4 GB peak)."""
     if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
         raise ConfigError(
             f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off"
         )
+    if cfg["regime"] == "target" and not hasattr(TARGETS[cfg["target"]], "sample"):
+        raise ConfigError(f"regime=target trains on exact samples, and target={cfg['target']} has no exact sampler; valid: on, off")
     if cfg.get("local_search") and (get_objective(cfg["objective"]).pathwise or cfg["regime"] == "target"):
         raise ConfigError(
             f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl"
         )
     networks = 2 if cfg["learned_backward"] else 1  # a learned P_B is a second network of the same size
-    require_memory(3.6e3 * networks * cfg["batch_size"] * cfg["n_steps"] * cfg["hidden"] / 64, f"batch_size={cfg['batch_size']}")
+    per_step = 3.6e3 * networks * cfg["hidden"] / 64 + 112 * TARGETS[cfg["target"]].dim
+    require_memory(per_step * cfg["batch_size"] * cfg["n_steps"], f"batch_size={cfg['batch_size']}")
 
 
 def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
@@ -149,8 +155,21 @@ def evaluate_bounds(gfn: GFlowNet, graph: PointedGraph, K: int, chunk: int = 200
 @optional_figure
 def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
     """Figure C.1: samples of the first two coordinates over the exact density of their marginal (the whole density in
-    2-D, the funnel's (x0, x1), many-well's first pair), beside as many exact samples."""
+    2-D, the funnel's (x0, x1), many-well's first pair), beside as many exact samples. For ``lgcp``: the trees' counts
+    per cell beside the samples' posterior mean of the intensity (trees per unit area)."""
     target = TARGETS[target_name]
+    if isinstance(target, CoxProcess):
+        extent = (0.0, 1.0, 0.0, 1.0)
+        counts = (target.counts / target.area).reshape(target.grid, target.grid).numpy()
+        plot_density_panels(
+            [
+                ("trees per unit area (counts / cell area)", counts, extent),
+                ("posterior mean intensity, learned samples", target.field(torch.as_tensor(x)).numpy(), extent),
+            ],
+            path,
+            title,
+        )
+        return
     lim = target.limits
     g = torch.linspace(*lim, 200, dtype=torch.float64)
     dens = target.log_marginal01(torch.cartesian_prod(g, g)).exp()
@@ -163,7 +182,7 @@ def sample_metrics(target_name: str, x: torch.Tensor) -> dict:
     marginal (for the funnels :math:`\\mathcal N(0, \\sigma_0^2)`: the neck); the samples per mode (mixtures); the mass in
     the right well of each pair beside the exact one (many-well)."""
     target = TARGETS[target_name]
-    out = {"ks_x0": ks_distance(x[:, 0], target.cdf0)}
+    out = {"ks_x0": ks_distance(x[:, 0], target.cdf0)} if hasattr(target, "cdf0") else {}
     if hasattr(target, "mode_counts"):
         counts = target.mode_counts(x)
         out |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
@@ -196,25 +215,35 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     )
     plot_history(history, "log_Z_importance_weighted", out / "log_z.png", f"B_RW during training ({label})", log_y=False)
     _figure(cfg["target"], x, out / "samples.png", label)
-    metrics = final | {
-        "log_Z_exact": target.log_Z,
-        "bias_lower_bound": final["log_Z_lower_bound"] - target.log_Z,
-        "bias_importance_weighted": final["log_Z_importance_weighted"] - target.log_Z,
-        "delta_log_Z": target.log_Z - final["log_Z_lower_bound"],
-        "delta_log_Z_RW": target.log_Z - final["log_Z_importance_weighted"],
-        **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
-        "eval_samples": K,
-        "seconds": history[-1]["seconds"],
-        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
-        "steps": cfg["steps"],
-    }
+    exact = (
+        {}
+        if target.log_Z is None  # lgcp: the estimates are the result
+        else {
+            "log_Z_exact": target.log_Z,
+            "bias_lower_bound": final["log_Z_lower_bound"] - target.log_Z,
+            "bias_importance_weighted": final["log_Z_importance_weighted"] - target.log_Z,
+            "delta_log_Z": target.log_Z - final["log_Z_lower_bound"],
+            "delta_log_Z_RW": target.log_Z - final["log_Z_importance_weighted"],
+        }
+    )
+    metrics = (
+        final
+        | exact
+        | {
+            **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
+            "eval_samples": K,
+            "seconds": history[-1]["seconds"],
+            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
+            "steps": cfg["steps"],
+        }
+    )
     return metrics | sample_metrics(cfg["target"], torch.as_tensor(x))
 
 
 register(
     Experiment(
         "sde",
-        "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well): TB / reverse KL / forward KL, on- or off-policy; log Z bounds",
+        "SDE sampler on R^n (9- and 25-Gaussian mixtures, 10-D funnels, 32-D many-well, 1,600-D LGCP): TB / reverse KL / forward KL, on- or off-policy; log Z bounds",
         SETTINGS,
         PRESETS,
         run,

@@ -10,7 +10,8 @@ Two suites (``suite=``), one mechanism (:class:`Suite`):
   many-well: :math:`\\Delta\\log Z = \\log Z - \\hat{\\log Z}` and :math:`\\Delta\\log Z^{RW}` from K = 2,000
   trajectories, over 5 runs in the paper, for trajectory balance and VarGrad with exploration, the Langevin
   parametrisation (LP) and replay-buffer local search (LS). The paper's values carried are the best amortised value of
-  each column, in the row it comes from (docs/references.md, 'Diffusion-sampler benchmark').
+  each column, in the row it comes from (docs/references.md, 'Diffusion-sampler benchmark'). ``targets=lgcp`` adds the
+  1,600-D log-Gaussian Cox process, whose log Z is unknown: its columns are the estimates themselves (log Ẑ), as Table 1's.
 
 Each cell's runs are sub-runs of :func:`gflownet_measure.experiments.sde.run` in ``out/<target>/<row>/seed<k>``
 (finished ones kept on resume); a run that diverges is counted, as the papers' "unstable", not averaged.
@@ -41,14 +42,19 @@ Cell = tuple[float, float | None] | None  # a paper value: (mean, std), std None
 
 @dataclass(frozen=True)
 class Column:
-    """A log Z column: its name (the metric's prefix) and how it is read from a run, ``sign * (estimate - log Z)``."""
+    """A log Z column: its name (the metric's prefix) and how it is read from a run, ``sign * (estimate - log Z)``, or the
+    estimate itself where the target's log Z is unknown (``lgcp``: Sendera et al. 2024 report log Ẑ there)."""
 
     name: str
     estimate: str  # the run's metric: log_Z_lower_bound or log_Z_importance_weighted
     sign: float
 
-    def value(self, estimate: float, log_Z: float) -> float:
-        return self.sign * (estimate - log_Z)
+    def value(self, estimate: float, log_Z: float | None) -> float:
+        return estimate if log_Z is None else self.sign * (estimate - log_Z)
+
+    def label(self, target: str) -> str:
+        """The column's name for ``target``: the estimate's own (``log_Z_lower_bound``, ...) where its log Z is unknown."""
+        return self.estimate if TARGETS[target].log_Z is None else self.name
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,7 @@ SUITES = {
             "gmm25": {"TB + expl. + LS": ((0.171, 0.013), (0.004, None))},
             "hard_funnel": {"TB + expl. + LP": (None, (0.051, None)), "DDS": ((0.424, 0.049), None)},
             "many_well": {"VarGrad + expl. + LP + LS": (None, (0.02, None)), "PIS": ((3.85, 0.03), None)},
+            "lgcp": {"DDS": ((471.64, None), (489.30, None))},  # log Ẑ and log Ẑ^RW themselves: log Z is unknown
         },
         5,
         note="paper: only the best amortised value of each column, in the row it comes from; 25,000 iterations there",
@@ -228,9 +235,9 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             diverged[target, row.label] = diverged.get((target, row.label), 0) + 1
             history.append(entry | {"diverged": m["diverged"]})
             continue
-        a, b = col_a.value(m[col_a.estimate], m["log_Z_exact"]), col_b.value(m[col_b.estimate], m["log_Z_exact"])
+        a, b = col_a.value(m[col_a.estimate], m.get("log_Z_exact")), col_b.value(m[col_b.estimate], m.get("log_Z_exact"))
         cells[target][row.label].append((a, b, m["seconds_per_step"]))
-        history.append(entry | {col_a.name: a, col_b.name: b})
+        history.append(entry | {col_a.label(target): a, col_b.label(target): b})
     for target in targets:
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)) if target in suite.baselines else ():
             for k in range(cfg["seeds"]):  # HMC: annealed importance sampling with HMC moves (no resampling)
@@ -252,7 +259,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     for target in targets:
         lines += [
             f"\n{target}: {suite.source} (ours: mean ± std over {cfg['seeds']} seed{plural}; paper: {suite.paper_runs} runs){'; ' + suite.note if suite.note else ''}",
-            f"{'row':<30} {col_a.name + ' (ours)':>16} {col_a.name + ' (paper)':>18} {col_b.name + ' (ours)':>18} {col_b.name + ' (paper)':>20} {'s/step':>7}",
+            f"{'row':<30} {col_a.label(target) + ' (ours)':>16} {col_a.label(target) + ' (paper)':>18} {col_b.label(target) + ' (ours)':>18} {col_b.label(target) + ' (paper)':>20} {'s/step':>7}",
         ]
         paper = suite.paper.get(target, {})
         for label, vals in cells[target].items():
@@ -265,7 +272,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
                 lines.append(f"{label:<30} {'diverged':>16} {_fmt(ref[0]) or 'unstable':>18} {'diverged':>18} {_fmt(ref[1]) or 'unstable':>20}{note}")
                 continue
             ours = [_mean_std([v[i] for v in vals]) for i in range(3)]
-            for column, value in zip((col_a.name, col_b.name, "seconds_per_step"), ours):
+            for column, value in zip((col_a.label(target), col_b.label(target), "seconds_per_step"), ours):
                 if value is not None:
                     metrics[f"{column}/{target}/{label}/mean"], metrics[f"{column}/{target}/{label}/std"] = value
             step = "" if ours[2] is None else f"{ours[2][0]:.3f}"

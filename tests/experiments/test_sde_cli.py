@@ -45,6 +45,33 @@ def test_run_writes_the_contract(tmp_path, objective, regime, target, extra):
         assert 0 <= m["right_well_mass/15"] <= 1 and m["right_well_mass_exact"] == pytest.approx(0.8443, abs=1e-4)
 
 
+@pytest.mark.slow
+def test_lgcp_reports_the_estimates_themselves_and_the_intensity(tmp_path, capsys):
+    """The LGCP (d = 1,600) has no known log Z and no exact sampler: a run reports log Ẑ (the bound and the importance-
+    weighted estimate), no Δ, no KS; its figure is the intensity; regime=target is refused in one line; in the Sendera et
+    al. table the columns are the estimates, with Table 1's DDS values beside them."""
+    out = tmp_path / "lgcp"
+    assert main(["run", "sde", "--out", str(out), "--threads", "1", "--set", *TINY, "target=lgcp"]) == 0
+    check_contract(out)
+    m = json.loads((out / "metrics.json").read_text())
+    assert not {"log_Z_exact", "delta_log_Z", "delta_log_Z_RW", "ks_x0"} & set(m)
+    assert m["log_Z_lower_bound"] <= m["log_Z_importance_weighted"] + 1e-9
+    with np.load(out / "samples.npz") as z:
+        assert z["x"].shape == (100, 1600)
+    assert (out / "samples.png").exists()
+    capsys.readouterr()  # the run's progress bar
+    assert main(["run", "sde", "--out", str(tmp_path / "r"), "--set", "target=lgcp", "regime=target", "objective=tb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "target=lgcp has no exact sampler; valid: on, off" in err
+    table_out = tmp_path / "table"
+    assert main(["run", "sde-table", "--out", str(table_out), "--threads", "1", "--set", *TINY, "suite=sendera2024", "rows=0", "targets=lgcp", "seeds=1"]) == 0
+    table = (table_out / "table.txt").read_text()
+    assert "log_Z_lower_bound (ours)" in table and any(r.startswith("DDS (not run here)") and "+471.640" in r and "+489.300" in r for r in table.splitlines())
+    assert json.loads((table_out / "metrics.json").read_text())["log_Z_importance_weighted/lgcp/TB + expl./mean"] == pytest.approx(
+        json.loads((table_out / "lgcp" / "TB_expl" / "seed0" / "metrics.json").read_text())["log_Z_importance_weighted"]
+    )
+
+
 def test_reverse_kl_has_no_target_regime(tmp_path, capsys):
     assert main(["run", "sde", "--out", str(tmp_path / "r"), "--set", "objective=reverse_kl", "regime=target"]) == 2
     assert "regime=target" in capsys.readouterr().err

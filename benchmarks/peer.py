@@ -102,8 +102,9 @@ def timed(step, iterations: int, label: str, turns: Turns, chunk: int) -> list[f
     return seconds
 
 
-def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs: dict[str, Path]) -> dict[str, float]:
-    """Run ``script --side S`` for each side ``S`` of ``pythons`` (its interpreter) with one thread, taking turns, writing ``outs[S]``.
+def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs: dict[str, Path], extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """Run ``script --side S`` for each side ``S`` of ``pythons`` (its interpreter) with one thread, taking turns, writing ``outs[S]``;
+    ``extra``: the script's own options, passed to both children.
 
     Returns each side's wall seconds over its own turns (training, sampling and writing; not the waits).
     """
@@ -114,6 +115,7 @@ def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs:
         cmd = [pythons[side], os.path.abspath(script), "--side", side, "--out", str(outs[side]), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples), "--chunk", str(a.chunk)]
         if a.torchgfn_debug:
             cmd.append("--torchgfn-debug")
+        cmd += extra
         procs[side] = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     wall = dict.fromkeys(sides, 0.0)
 

@@ -1,7 +1,14 @@
-"""SDE sampler against torchgfn's diffusion sampler on the 2-D 9-Gaussian grid: seconds per iteration, log Z bounds, modes.
+"""SDE sampler against torchgfn's diffusion sampler on the 2-D 9-Gaussian grid (or a target both ship): seconds per iteration, log Z bounds, modes.
 
 usage: python benchmarks/sde_vs_torchgfn.py [--iterations 2000 | --quick] [--seed 0] [--samples 2000]
-       [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
+       [--target gmm9 | gmm25 | hard_funnel | many_well] [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
+
+``--target``: the default ``gmm9`` is the problem described below. The others are the Sendera et al. 2024 targets that
+torchgfn's ``DiffusionSampling`` registers itself (``gmm25_prior``, ``hard_funnel``, ``many_well``; ours:
+``gflownet_measure.environments.sde_targets.TARGETS``), run with everything else as below except sigma, which is the
+target's own on both sides (our ``DEFAULT_SIGMA``: sqrt 5 for gmm25, 1 for the funnel and many-well), and the checks of
+the samples, which are the target's (the modes of the 25-Gaussian grid; the right-well mass of many-well's pairs). The
+parent then compares torchgfn's ``log_reward`` with ours on torchgfn's samples, and the bounds with the exact log Z.
 
 The problem (both sides): the equal-weight mixture of 9 Gaussians in R^2 with means {-5, 0, 5}^2 and
 variance 0.3 per coordinate, R(x) = sum_m (1/9) N(x; mu_m, 0.3 I), so log Z = 0; an SDE sampler started
@@ -97,6 +104,7 @@ where torchgfn imports (the torchgfn child imports neither ``environments``, ``e
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -128,6 +136,17 @@ def own_mode_counts(x: torch.Tensor) -> torch.Tensor:
     """Samples within MODE_RADIUS of each mean (the discs are disjoint: spacing 5 > 2 x 1.64)."""
     mu = torch.tensor(MEANS, dtype=x.dtype)
     return ((x.unsqueeze(1) - mu).norm(dim=-1) < MODE_RADIUS).sum(0)
+
+
+# our target name -> torchgfn's DiffusionSampling target (gmm9: the grid this file registers)
+TGFN_TARGETS = {"gmm9": "gmm9_grid", "gmm25": "gmm25_prior", "hard_funnel": "hard_funnel", "many_well": "many_well"}
+
+
+def _sigma(target: str) -> float:
+    """sigma on both sides: the tutorial's 5 on gmm9 (the original comparison), else the target's own (our DEFAULT_SIGMA)."""
+    from gflownet_measure.environments.sde import DEFAULT_SIGMA
+
+    return TGFN_SIGMA if target == "gmm9" else DEFAULT_SIGMA[target]
 
 
 def _train_torchgfn(a, turns: Turns) -> dict:
@@ -166,11 +185,14 @@ def _train_torchgfn(a, turns: Turns) -> dict:
 
     DiffusionSampling.DIFFUSION_TARGETS["gmm9_grid"] = (_NineGaussians, {})
     set_seed(a.seed)
-    env = DiffusionSampling(target_str="gmm9_grid", target_kwargs={"seed": a.seed}, num_discretization_steps=T, device=torch.device("cpu"), debug=a.torchgfn_debug)
+    env = DiffusionSampling(
+        target_str=TGFN_TARGETS[a.target], target_kwargs={"seed": a.seed}, num_discretization_steps=T, device=torch.device("cpu"), debug=a.torchgfn_debug
+    )
+    sigma = TGFN_SIGMA if a.target == "gmm9" else a.sigma  # the child of torchgfn imports nothing of ours: the parent passes sigma
     pf_module = DiffusionPISGradNetForward(s_dim=env.dim, **TGFN_NET)
     pb_module = DiffusionFixedBackwardModule(s_dim=env.dim)
-    pf = PinnedBrownianMotionForward(s_dim=env.dim, pf_module=pf_module, sigma=TGFN_SIGMA, num_discretization_steps=T)
-    pb = PinnedBrownianMotionBackward(s_dim=env.dim, pb_module=pb_module, sigma=TGFN_SIGMA, num_discretization_steps=T)
+    pf = PinnedBrownianMotionForward(s_dim=env.dim, pf_module=pf_module, sigma=sigma, num_discretization_steps=T)
+    pb = PinnedBrownianMotionBackward(s_dim=env.dim, pb_module=pb_module, sigma=sigma, num_discretization_steps=T)
     gflownet = TBGFlowNet(pf=pf, pb=pb, init_logZ=0.0)
     sampler = Sampler(estimator=pf)
     optimizer = torch.optim.Adam(gflownet.pf_pb_parameters(), lr=TGFN_LR)
@@ -195,6 +217,7 @@ def _train_torchgfn(a, turns: Turns) -> dict:
         log_w = log_rewards + log_pbs.sum(0) - log_pfs.sum(0)
         dm = env.density_metrics(fwd_log_pfs=log_pfs, fwd_log_pbs=log_pbs, fwd_log_rewards=log_rewards, log_Z_learned=float(gflownet.logZ.item()))
         final = trajectories.terminating_states.tensor
+        log_R_theirs = env.target.log_reward(final[:, :-1])
     actions = trajectories.actions.tensor  # [steps, K, 2], the exit action is -inf, padding (none here) too
     meta = {
         "parameters": sum(p.numel() for p in gflownet.parameters()),
@@ -206,16 +229,16 @@ def _train_torchgfn(a, turns: Turns) -> dict:
         "ess% (torchgfn density_metrics)": float(dm["ess(%)"]),
         "debug": a.torchgfn_debug,
     }
-    return {"seconds": seconds, "x": final[:, :-1], "log_w": log_w, "log_Z": float(gflownet.logZ.item()), "meta": meta}
+    return {"seconds": seconds, "x": final[:, :-1], "log_w": log_w, "log_R": log_R_theirs, "log_Z": float(gflownet.logZ.item()), "meta": meta}
 
 
-def _ours_config(iterations: int) -> dict:
+def _ours_config(iterations: int, target: str) -> dict:
     """Our settings: the defaults of gflownet_measure.experiments.sde.SETTINGS with the shared problem and budget."""
     from gflownet_measure.experiments import sde
     from gflownet_measure.experiments.settings import resolve
 
-    shared = {"target": "gmm9", "n_steps": T, "batch_size": BATCH, "steps": iterations, "objective": "tb", "regime": "on"}
-    as_tutorial = {"sigma": TGFN_SIGMA, "hidden": TGFN_NET["hidden_dim"], "learned_variance": False, "langevin": False, "lr": TGFN_LR, "lr_logZ": TGFN_LR_LOGZ, "lr_milestone": 0}
+    shared = {"target": target, "n_steps": T, "batch_size": BATCH, "steps": iterations, "objective": "tb", "regime": "on"}
+    as_tutorial = {"sigma": _sigma(target), "hidden": TGFN_NET["hidden_dim"], "learned_variance": False, "langevin": False, "lr": TGFN_LR, "lr_logZ": TGFN_LR_LOGZ, "lr_milestone": 0}
     return resolve(sde.SETTINGS, shared | as_tutorial)
 
 
@@ -226,7 +249,7 @@ def _train_ours(a, turns: Turns) -> dict:
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
-    cfg = _ours_config(a.iterations)
+    cfg = _ours_config(a.iterations, a.target)
     graph, gfn = sde.make_gflownet(cfg)
     objective, batches = OBJECTIVES[cfg["objective"]], sde.make_batches(gfn, graph, cfg)
     optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"])
@@ -264,6 +287,7 @@ def _child(a) -> None:
     turns = Turns()
     r = (_train_ours if a.side == "ours" else _train_torchgfn)(a, turns)
     r["meta"] |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
+    r["log_R"] = r.get("log_R", torch.zeros(0)).double().cpu()
     if "log_w" in r:
         log_w = r.pop("log_w").double()
         r["B"] = float(log_w.mean())
@@ -277,12 +301,14 @@ def _child(a) -> None:
 def _run_sides(a, workdir: Path) -> dict[str, dict]:
     """Both sides in child interpreters with one thread each, taking turns; each one's seconds, samples, bounds and metadata."""
     outs = {side: workdir / f"{side}.pt" for side in ("torchgfn", "ours")}
-    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs)
+    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs, ("--target", a.target, "--sigma", str(a.sigma)))
     return {side: torch.load(out, weights_only=False) | {"wall": wall[side]} for side, out in outs.items()}
 
 
 def main() -> None:
     p = parser(__doc__, 2000, "K: on-policy trajectories per side for the bounds and mode counts", "DiffusionSampling(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
+    p.add_argument("--target", choices=tuple(TGFN_TARGETS), default="gmm9", help="the target (module docstring)")
+    p.add_argument("--sigma", type=float, default=0.0, help=argparse.SUPPRESS)  # set by the parent for the torchgfn child
     a = p.parse_args()
     if a.quick:
         a.iterations = 200
@@ -293,9 +319,12 @@ def main() -> None:
     torch.set_num_threads(1)
     from gflownet_measure.environments.sde_targets import TARGETS
 
-    cfg = _ours_config(a.iterations)
-    print(f"2-D 9-Gaussian grid (means {{-5,0,5}}^2, variance {MODE_VAR}, log Z = 0): ours vs torchgfn diffusion sampler, TB with learned log Z, "
-          f"{a.iterations} iterations, seed {a.seed}, K = {a.samples} trajectories for the bounds and modes", flush=True)
+    a.sigma = _sigma(a.target)
+    cfg = _ours_config(a.iterations, a.target)
+    target = TARGETS[a.target]
+    problem = f"2-D 9-Gaussian grid (means {{-5,0,5}}^2, variance {MODE_VAR}, log Z = 0)" if a.target == "gmm9" else f"{a.target} (d = {target.dim}, log Z = {target.log_Z:.4f})"
+    print(f"{problem}: ours vs torchgfn diffusion sampler, TB with learned log Z, "
+          f"{a.iterations} iterations, seed {a.seed}, K = {a.samples} trajectories for the bounds and checks", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         sides = _run_sides(a, Path(tmp))
     theirs, ours = sides["torchgfn"], sides["ours"]
@@ -308,7 +337,7 @@ def main() -> None:
         "batch": {"ours": cfg["batch_size"], "torchgfn": BATCH},
         "objective": {"ours": cfg["objective"], "torchgfn": "tb"},
         "regime": {"ours": cfg["regime"], "torchgfn": "on"},
-        "sigma": {"ours": cfg["sigma"], "torchgfn": TGFN_SIGMA},
+        "sigma": {"ours": cfg["sigma"], "torchgfn": a.sigma},
         "width": {"ours": cfg["hidden"], "torchgfn": TGFN_NET["hidden_dim"]},
         "learned variance": {"ours": cfg["learned_variance"], "torchgfn": False},
         "lr": {"ours": cfg["lr"], "torchgfn": TGFN_LR},
@@ -318,19 +347,27 @@ def main() -> None:
         "parameters (log Z included)": {"ours": mo["parameters"], "torchgfn": mt["parameters"]},
     }
     print("settings (ours / torchgfn): " + ", ".join(f"{k} {v['ours']} / {v['torchgfn']}" + ("" if v["ours"] == v["torchgfn"] else " (differ)") for k, v in settings.items()))
-    target = TARGETS["gmm9"]
+    checks: list[str] = []  # the per-target fields of each side, in the JSON record
     for r in (ours, theirs):
-        r["modes"] = [int(c) for c in target.mode_counts(r["x"])]
-        r["modes_own_rule"] = [int(c) for c in own_mode_counts(r["x"])]
-        r["in_modes"] = sum(r["modes"])
-        r["modes_hit"] = sum(c > 0 for c in r["modes"])
         r["s_per_it_mean"] = float(np.mean(r["seconds"]))
         r["s_per_it_median"] = float(np.median(r["seconds"]))
+        if hasattr(target, "mode_counts"):
+            r["modes"] = [int(c) for c in target.mode_counts(r["x"])]
+            r["in_modes"] = sum(r["modes"])
+            r["modes_hit"] = sum(c > 0 for c in r["modes"])
+            checks = ["modes", "in_modes", "modes_hit"]
+        if hasattr(target, "well_mass"):
+            r["right_well_mass_max_error"] = float((target.well_mass(r["x"]) - target.right_mass()).abs().max())
+            checks = ["right_well_mass_max_error"]
 
     print(f"torch {mo['torch']} (ours) / {mt['torch']} (torchgfn side), torchgfn {mt['torchgfn']}, "
           f"torch threads per side: ours {mo['threads']}, torchgfn {mt['threads']} (each in its own process, taking turns of {a.chunk} iterations)")
-    log_r_gap = max(float((gmm9_log_density(r["x"]) - target.log_prob(r["x"])).abs().max()) for r in (ours, theirs))
-    print(f"torchgfn DiffusionSampling debug={mt['debug']}; max |log R (torchgfn side) - log R (ours)| on both sample sets: {log_r_gap:.2e}")
+    if a.target == "gmm9":
+        log_r_gap = max(float((gmm9_log_density(r["x"]) - target.log_prob(r["x"])).abs().max()) for r in (ours, theirs))
+        print(f"torchgfn DiffusionSampling debug={mt['debug']}; max |log R (torchgfn side) - log R (ours)| on both sample sets: {log_r_gap:.2e}")
+    else:
+        log_r_gap = float((theirs["log_R"] - target.log_prob(theirs["x"])).abs().max())
+        print(f"torchgfn DiffusionSampling debug={mt['debug']}; max |torchgfn's log_reward - our log R| on torchgfn's samples: {log_r_gap:.2e}")
     rows = [
         ("s/iteration (mean)", ours["s_per_it_mean"], theirs["s_per_it_mean"], "{:.4f}"),
         ("s/iteration (median)", ours["s_per_it_median"], theirs["s_per_it_median"], "{:.4f}"),
@@ -338,19 +375,25 @@ def main() -> None:
     print(f"{'':36s} {'ours':>10s} {'torchgfn':>10s} {'ours/torchgfn':>14s}")
     for name, o, t, fmt in rows:
         print(f"{name:36s} {fmt.format(o):>10s} {fmt.format(t):>10s} {o / t:14.3f}")
-    for name, key in ((f"B = mean log w @{a.iterations}", "B"), (f"B_RW = log-mean-exp log w @{a.iterations}", "B_RW"), ("learned log Z (exact 0)", "log_Z")):
+    for name, key in ((f"B = mean log w @{a.iterations}", "B"), (f"B_RW = log-mean-exp log w @{a.iterations}", "B_RW"), (f"learned log Z (exact {target.log_Z:.4f})", "log_Z")):
         print(f"{name:36s} {ours[key]:10.4f} {theirs[key]:10.4f}")
-    print(f"{'samples in a mode (of ' + str(a.samples) + ')':36s} {ours['in_modes']:10d} {theirs['in_modes']:10d}")
-    print(f"{'modes hit (of 9)':36s} {ours['modes_hit']:10d} {theirs['modes_hit']:10d}")
     print(f"{'wall of its turns (s, incl. evaluation)':36s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
-    print(f"mode counts, means in the order {MEANS[0]}, {MEANS[1]}, {MEANS[2]}, {MEANS[3]}, ..., {MEANS[-1]} (ideal ~{a.samples / 9 * (1 - math.exp(-4.5)):.0f} each, and {a.samples * math.exp(-4.5):.0f} outside every disc):")
-    print(f"  ours     {ours['modes']}")
-    print(f"  torchgfn {theirs['modes']}")
+    if "modes" in checks:
+        n = len(target.means)
+        print(f"{'samples in a mode (of ' + str(a.samples) + ')':36s} {ours['in_modes']:10d} {theirs['in_modes']:10d}")
+        print(f"{f'modes hit (of {n})':36s} {ours['modes_hit']:10d} {theirs['modes_hit']:10d}")
+        print(f"mode counts, means in the order {target.means[0].tolist()}, {target.means[1].tolist()}, ..., {target.means[-1].tolist()} (ideal ~{a.samples / n * (1 - math.exp(-4.5)):.0f} each, and {a.samples * math.exp(-4.5):.0f} outside every disc):")
+        print(f"  ours     {ours['modes']}")
+        print(f"  torchgfn {theirs['modes']}")
+    if "right_well_mass_max_error" in checks:
+        print(f"{'right-well mass, largest error of a pair':36s} {ours['right_well_mass_max_error']:10.4f} {theirs['right_well_mass_max_error']:10.4f}  (exact {target.right_mass():.4f})")
     print(f"torchgfn's own density_metrics on the same trajectories: elbo {mt['elbo (torchgfn density_metrics)']:.4f}, iw_elbo {mt['iw_elbo (torchgfn density_metrics)']:.4f}, ESS {mt['ess% (torchgfn density_metrics)']:.1f}%")
-    agree = all(r["modes"] == r["modes_own_rule"] for r in (ours, theirs))
-    print(f"TARGETS['gmm9'].mode_counts agrees with this file's 3-sigma rule on both sample sets: {agree}")
+    if a.target == "gmm9":
+        agree = all(r["modes"] == [int(c) for c in own_mode_counts(r["x"])] for r in (ours, theirs))
+        print(f"TARGETS['gmm9'].mode_counts agrees with this file's 3-sigma rule on both sample sets: {agree}")
     record = {
         "benchmark": "sde_vs_torchgfn",
+        "target": a.target,
         "iterations": a.iterations,
         "seed": a.seed,
         "K": a.samples,
@@ -360,7 +403,7 @@ def main() -> None:
         "ratio_s_per_it_median": ours["s_per_it_median"] / theirs["s_per_it_median"],
     }
     for side, r in (("ours", ours), ("torchgfn", theirs)):
-        record[side] = {k: r[k] for k in ("s_per_it_mean", "s_per_it_median", "B", "B_RW", "log_Z", "modes", "in_modes", "modes_hit", "wall")} | {"meta": r["meta"]}
+        record[side] = {k: r[k] for k in ("s_per_it_mean", "s_per_it_median", "B", "B_RW", "log_Z", *checks, "wall")} | {"meta": r["meta"]}
     print("JSON " + json.dumps(record, default=str))
 
 

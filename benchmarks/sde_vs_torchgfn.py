@@ -188,11 +188,10 @@ def _train_torchgfn(a, turns: Turns) -> dict:
     env = DiffusionSampling(
         target_str=TGFN_TARGETS[a.target], target_kwargs={"seed": a.seed}, num_discretization_steps=T, device=torch.device("cpu"), debug=a.torchgfn_debug
     )
-    sigma = TGFN_SIGMA if a.target == "gmm9" else a.sigma  # the child of torchgfn imports nothing of ours: the parent passes sigma
     pf_module = DiffusionPISGradNetForward(s_dim=env.dim, **TGFN_NET)
     pb_module = DiffusionFixedBackwardModule(s_dim=env.dim)
-    pf = PinnedBrownianMotionForward(s_dim=env.dim, pf_module=pf_module, sigma=sigma, num_discretization_steps=T)
-    pb = PinnedBrownianMotionBackward(s_dim=env.dim, pb_module=pb_module, sigma=sigma, num_discretization_steps=T)
+    pf = PinnedBrownianMotionForward(s_dim=env.dim, pf_module=pf_module, sigma=a.sigma, num_discretization_steps=T)
+    pb = PinnedBrownianMotionBackward(s_dim=env.dim, pb_module=pb_module, sigma=a.sigma, num_discretization_steps=T)
     gflownet = TBGFlowNet(pf=pf, pb=pb, init_logZ=0.0)
     sampler = Sampler(estimator=pf)
     optimizer = torch.optim.Adam(gflownet.pf_pb_parameters(), lr=TGFN_LR)
@@ -287,7 +286,8 @@ def _child(a) -> None:
     turns = Turns()
     r = (_train_ours if a.side == "ours" else _train_torchgfn)(a, turns)
     r["meta"] |= {"threads": torch.get_num_threads(), "torch": torch.__version__, "python": sys.executable}
-    r["log_R"] = r.get("log_R", torch.zeros(0)).double().cpu()
+    if "log_R" in r:  # torchgfn's own log R of its samples, for the parent's comparison
+        r["log_R"] = r["log_R"].double().cpu()
     if "log_w" in r:
         log_w = r.pop("log_w").double()
         r["B"] = float(log_w.mean())
@@ -308,7 +308,7 @@ def _run_sides(a, workdir: Path) -> dict[str, dict]:
 def main() -> None:
     p = parser(__doc__, 2000, "K: on-policy trajectories per side for the bounds and mode counts", "DiffusionSampling(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
     p.add_argument("--target", choices=tuple(TGFN_TARGETS), default="gmm9", help="the target (module docstring)")
-    p.add_argument("--sigma", type=float, default=0.0, help=argparse.SUPPRESS)  # set by the parent for the torchgfn child
+    p.add_argument("--sigma", type=float, default=0.0, help=argparse.SUPPRESS)  # _sigma(target), set by the parent: the torchgfn child imports nothing of ours
     a = p.parse_args()
     if a.quick:
         a.iterations = 200

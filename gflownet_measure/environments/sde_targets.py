@@ -233,7 +233,11 @@ class CoxProcess:
         _, precision, log_norm = self._prior
         diff = x - self.mean
         quadratic = ((diff @ precision.to(x)) * diff).sum(1)
-        return log_norm - 0.5 * quadratic + (self.counts.to(x) * x - self.area * torch.exp(x)).sum(1)
+        return log_norm - 0.5 * quadratic + self._log_likelihood(x)
+
+    def _log_likelihood(self, x: Tensor) -> Tensor:
+        """:math:`\\sum_i (n_i x_i - a e^{x_i})` ``[B]``: the Poisson log-likelihood of the counts less its constants."""
+        return (self.counts.to(x) * x - self.area * torch.exp(x)).sum(1)
 
     def whitened_log_prob(self, z: Tensor) -> Tensor:
         """The same target in the prior's whitened coordinates, :math:`x = \\mu + Lz`:
@@ -243,7 +247,7 @@ class CoxProcess:
         :func:`~gflownet_measure.baselines.smc.annealed_smc`)."""
         chol = self._prior[0].to(z)
         x = self.mean + z @ chol.T
-        return -0.5 * z.square().sum(1) - 0.5 * self.dim * LOG_2PI + (self.counts.to(z) * x - self.area * torch.exp(x)).sum(1)
+        return -0.5 * z.square().sum(1) - 0.5 * self.dim * LOG_2PI + self._log_likelihood(x)
 
     def field(self, x: Tensor) -> Tensor:
         """``[grid, grid]``: the posterior mean of the intensity :math:`e^{x_i}` per cell from samples ``x [K, d]``."""

@@ -241,11 +241,11 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         return {prefix + k: v for k, v in found.items()}
 
     def evaluate() -> dict:
-        last = scores(pf, "last_" if ema is not None else "")  # first, from the run's stream: as a run without ema draws it
-        if ema is None:
-            return last | learned_log_Z(objective, gfn, graph)
-        with torch.random.fork_rng():  # the average's draws leave the training stream as it was
-            return scores(sampler) | last | learned_log_Z(objective, gfn, graph)
+        found = scores(pf, "last_" if ema is not None else "")  # first, from the run's stream: as a run without ema draws it
+        if ema is not None:
+            with torch.random.fork_rng():  # the average's draws leave the training stream as it was
+                found |= scores(sampler)
+        return found | learned_log_Z(objective, gfn, graph)
 
     training = build(TrainingConfig, cfg)
     history = train_gflownet(

@@ -94,13 +94,15 @@ PRESETS = {
     # log Z within 0.05 of the exact on seeds 0-2, 6-7 min a seed (docs/results.md, section 9, the last rows of 'Quick preset')
     "r6": _QUICK | {"steps": 18000, "eval_every": 2000, "lr_milestone": 9000},
     # alanine dipeptide on a CPU: the quick network with absolute von Mises locations and replay-buffer local search (MALA on
-    # log R), 45,000 updates with every rate halved each 15,000, a moving average of the weights (horizon 1,000 updates) as
-    # the sampler; the paper's 10,000 samples (docs/results.md, section 9)
+    # log R) drawn uniformly (rank priority biases the basin masses: docs/torus.md), 45,000 updates with every rate halved
+    # each 15,000, a moving average of the weights (horizon 1,000 updates) as the sampler; the paper's 10,000 samples
+    # (docs/results.md, section 9)
     "alanine": _QUICK
     | {
         "target": "alanine",
         "location": "absolute",
         "local_search": True,
+        "rank_weight": 1000.0,
         "ema": 0.999,
         "steps": 45000,
         "lr_milestone": 15000,

@@ -92,6 +92,7 @@ def test_alanine_preset_runs_the_molecule_with_absolute_locations_and_local_sear
     check_contract(out)
     settings = json.loads((out / "config.json").read_text())["settings"]
     assert settings["target"] == "alanine" and settings["location"] == "absolute" and settings["local_search"] is True and settings["ema"] == 0.999
+    assert settings["rank_weight"] == 1000.0  # uniform replay: rank priority biases the basin masses (docs/torus.md)
     metrics = json.loads((out / "metrics.json").read_text())
     assert sum(v for k, v in metrics.items() if k.startswith("mass_exact/")) == pytest.approx(1.0)
     assert (out / "ramachandran.png").exists()

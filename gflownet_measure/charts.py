@@ -30,6 +30,15 @@ from .roundoff import ATOM_ULPS, row_max, ulps_from
 __all__ = ["Chart", "AffineChart", "PolarChart", "ArcChart", "WithoutJacobian"]
 
 
+@functools.lru_cache(maxsize=256)
+def _constant(values: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """``torch.as_tensor(values)``, made once per chart constant (a scale, a box's bounds), dtype and device: a rollout
+    uses its chart's constants at every step, where building them took as long as the arithmetic on them. Made outside
+    inference mode, so that autograd may save it for a backward pass; shared, never written to."""
+    with torch.inference_mode(False):
+        return torch.as_tensor(values, dtype=dtype, device=device)
+
+
 @functools.lru_cache(maxsize=None)
 def _columns(slots: tuple[int, ...]) -> slice | list[int]:
     return slice(slots[0], slots[-1] + 1) if slots and slots == tuple(range(slots[0], slots[-1] + 1)) else list(slots)
@@ -107,7 +116,7 @@ class Chart(ABC):
         for i, v in self.fixed.items():
             x[:, i] = v
         for i, v in self.advance.items():
-            x[:, i] = s[:, i] + v
+            x[:, i] += v
         x[:, self.columns] = self._embed(s, u).to(x.dtype)
         return x
 
@@ -131,8 +140,8 @@ class Chart(ABC):
         for i, v in self.advance.items():
             inside &= x[:, i] == s[:, i] + v
         u = self.inverse(s, x)
-        lo = torch.as_tensor(self.domain.low, dtype=u.dtype, device=u.device) - atol
-        hi = torch.as_tensor(self.domain.high, dtype=u.dtype, device=u.device) + atol
+        lo = _constant(tuple(self.domain.low), u.dtype, u.device) - atol
+        hi = _constant(tuple(self.domain.high), u.dtype, u.device) + atol
         within = (u >= lo) & (u <= hi)
         active = self.active(s)
         inside &= (within if active is None else within | ~active).all(1)  # inactive coordinates: 0 by the contract of active
@@ -193,7 +202,7 @@ class AffineChart(Chart):
                 )
 
     def _scale(self, like: Tensor) -> Tensor:
-        return torch.as_tensor(self.scale, dtype=like.dtype, device=like.device)
+        return _constant(self.scale, like.dtype, like.device)
 
     def _base(self, s: Tensor) -> Tensor:
         return s[:, self.columns] if self.relative else torch.zeros_like(s[:, self.columns])
@@ -208,8 +217,8 @@ class AffineChart(Chart):
 
     def _nearest_to_domain(self, u: Tensor) -> Tensor:
         """The preimage :math:`u + nT/|c|` in :math:`[m - T/(2|c|), m + T/(2|c|))`, :math:`m` the centre of ``U`` (class docstring)."""
-        start = torch.as_tensor(self._start, dtype=u.dtype, device=u.device)
-        return start + torch.remainder(u - start, torch.as_tensor(self._span, dtype=u.dtype, device=u.device))
+        start = _constant(self._start, u.dtype, u.device)
+        return start + torch.remainder(u - start, _constant(self._span, u.dtype, u.device))
 
     def _gap(self, y, z):
         """With ``period``, the distance along the circle: :math:`\\max_i \\min(r_i, T - r_i)`, :math:`r = (y - z) \\bmod T`."""

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Distribution, Independent, Normal, VonMises
 
-from .gaussian import LOG_2PI
+from .gaussian import LOG_2PI, StepNormal
 from .kernels import Kernel
 from .measures import Box, Measure, SupportPoint
 
@@ -74,7 +74,7 @@ class KernelDensity:
         if reparametrise and epsilon > 0:
             raise ValueError("reparametrised sampling draws from the policy itself; epsilon must be 0")
         m = self.measure
-        log_probs = self.log_probs.detach()
+        log_probs = self.log_probs.detach() if self.log_probs.requires_grad else self.log_probs
         explore = None  # rows that move uniformly (epsilon > 0 only)
         if epsilon > 0:
             uniform = uniform_density(m)
@@ -180,7 +180,7 @@ def _widen_rows(family: CoordinateFamily, variance: float, rows: Tensor) -> Dist
     base = q.base_dist if isinstance(q, Independent) else q
     if not isinstance(base, Normal):
         raise ValueError(f"extra-variance exploration needs Gaussian coordinate densities, got {type(base).__name__}")
-    widened = Normal(base.loc, (base.scale.square() + variance).sqrt(), validate_args=False)
+    widened = StepNormal(base.loc, (base.scale.square() + variance).sqrt())
     return Independent(widened, q.reinterpreted_batch_ndims) if isinstance(q, Independent) else widened
 
 

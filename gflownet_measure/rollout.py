@@ -227,8 +227,11 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     Raises ``ValueError`` if a density is NaN or infinite on a sampled transition.
     """
     mask = traj.mask
-    flat = mask.flatten().nonzero()[:, 0]  # the transitions, time-major
-    s, nx, ns = traj.states[:-1].flatten(0, 1)[flat], traj.states[1:].flatten(0, 1)[flat], traj.sink[1:].flatten()[flat]
+    every = bool(mask.all())  # trajectories of one length (an SDE's): the transitions are all the flattened rows, no gather
+    s, nx, ns = traj.states[:-1].flatten(0, 1), traj.states[1:].flatten(0, 1), traj.sink[1:].flatten()
+    if not every:
+        flat = mask.flatten().nonzero()[:, 0]  # the transitions, time-major
+        s, nx, ns = s[flat], nx[flat], ns[flat]
     into = ~ns
     if tied(pf, pb):
         h = pf.features(s)
@@ -243,7 +246,10 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     lpb_into = density_b.log_prob(s[into], torch.zeros(int(into.sum()), dtype=torch.bool))
     _check_finite(**{"log P_F": lpf, "log P_B": lpb_into, "log q": lq})
     lpb = torch.zeros(len(s), dtype=lpf.dtype).masked_scatter(into, lpb_into.to(lpf.dtype))
-    three = torch.zeros(3, *mask.shape, dtype=lpf.dtype).masked_scatter(mask.expand(3, -1, -1), torch.cat([lpf, lpb, lq.to(lpf.dtype)]))
+    lq = lq.to(lpf.dtype)
+    if every:
+        return Scores(lpf.view(mask.shape), lpb.view(mask.shape), lq.view(mask.shape))
+    three = torch.zeros(3, *mask.shape, dtype=lpf.dtype).masked_scatter(mask.expand(3, -1, -1), torch.cat([lpf, lpb, lq]))
     return Scores(*three.unbind(0))
 
 

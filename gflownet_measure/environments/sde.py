@@ -33,11 +33,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
-from torch.distributions import Distribution, Independent, Normal
+from torch.distributions import Distribution
 from torch.nn import functional as F
 
 from gflownet_measure.charts import AffineChart
 from gflownet_measure.densities import KernelDensity, Policy
+from gflownet_measure.gaussian import diagonal_normal
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece, charted, dirac, sum_measures
@@ -130,7 +131,9 @@ class LevelKernel(Kernel):
             atom_mask, piece_mask, atom_x = k == self.n_steps, k < self.n_steps, s
         else:
             atom_mask, piece_mask, atom_x = k == 1, k >= 2, torch.zeros_like(s)
-        atoms = Atoms(atom_x[:, None], torch.zeros(B, 1, dtype=s.dtype, device=s.device), atom_mask[:, None], (atom_mask & self.forward)[:, None])
+        atom_mask = atom_mask[:, None]
+        sink = atom_mask if self.forward else torch.zeros_like(atom_mask)  # the forward atom is the sink, s0 is not
+        atoms = Atoms(atom_x[:, None], torch.zeros(B, 1, dtype=s.dtype, device=s.device), atom_mask, sink)
         return Measure(atoms, (Piece(self.chart, s, piece_mask),))
 
 
@@ -204,8 +207,8 @@ class PISNetwork(nn.Module):
 def _normal_rows(loc: Tensor, scale: Tensor, rows: Tensor) -> Distribution:
     """:math:`\\mathcal N(\\text{loc}_b, \\mathrm{diag}(\\text{scale}_b^2))` for the rows ``b`` that ``rows [B]`` selects (all of them, as a batch steps together: no gather)."""
     if bool(rows.all()):
-        return Independent(Normal(loc, scale, validate_args=False), 1)
-    return Independent(Normal(loc[rows], scale[rows], validate_args=False), 1)
+        return diagonal_normal(loc, scale)
+    return diagonal_normal(loc[rows], scale[rows])
 
 
 class EulerMaruyamaPolicy(Policy):

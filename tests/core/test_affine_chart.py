@@ -136,3 +136,17 @@ def test_a_box_longer_than_a_period_is_refused():
     with pytest.raises(ValueError, match="positive"):
         AffineChart(Box((0.0,), (1.0,)), slots=(0,), period=-1.0)
     AffineChart(Box((0.0,), (0.3,)), slots=(0,), scale=2 * math.pi / 0.3, period=2 * math.pi)  # exactly one period, up to round-off
+
+
+def test_constants_made_in_inference_mode_serve_a_backward_pass():
+    """A chart's scale tensor is made once and shared (``charts._constant``): made first inside a rollout's inference
+    mode, it must still be an ordinary tensor that autograd may save (an inference tensor would raise in ``backward``)."""
+    chart = AffineChart(Box((-math.inf,) * 2, (math.inf,) * 2), (0, 1), scale=(0.5, 3.0), relative=True, advance={2: 1.0})
+    s = torch.tensor([[1.0, 2.0, 0.0]])
+    with torch.inference_mode():
+        chart.forward(s, torch.ones(1, 2))
+    u = torch.tensor([[1.0, -1.0]], requires_grad=True)
+    x = chart.forward(s, u)
+    x.sum().backward()
+    assert x.tolist() == [[1.5, -1.0, 1.0]]
+    assert u.grad is not None and u.grad.tolist() == [[0.5, 3.0]]

@@ -42,6 +42,10 @@ class StepNormal(Normal):
         with torch.no_grad():
             return self.rsample(sample_shape)
 
+    def expand(self, batch_shape: _size, _instance=None) -> "StepNormal":
+        shape = Size(batch_shape)
+        return StepNormal(self.loc.expand(shape), self.scale.expand(shape))
+
 
 def diagonal_normal(loc: Tensor, scale: Tensor) -> Independent:
     """:math:`\\mathcal N(\\text{loc}_b, \\mathrm{diag}(\\text{scale}_b^2))` ``[B, k]``: one law per row, its ``k`` coordinates

@@ -248,7 +248,7 @@ def score(traj: Trajectories, pf: Policy, pb: Policy, epsilon: float = 0.0, nois
     lpb = torch.zeros(len(s), dtype=lpf.dtype).masked_scatter(into, lpb_into.to(lpf.dtype))
     lq = lq.to(lpf.dtype)
     if every:
-        return Scores(lpf.view(mask.shape), lpb.view(mask.shape), lq.view(mask.shape))
+        return Scores(lpf.reshape(mask.shape), lpb.reshape(mask.shape), lq.reshape(mask.shape))
     three = torch.zeros(3, *mask.shape, dtype=lpf.dtype).masked_scatter(mask.expand(3, -1, -1), torch.cat([lpf, lpb, lq]))
     return Scores(*three.unbind(0))
 

@@ -1,5 +1,5 @@
-"""StepNormal against torch's Normal: the same draws bit for bit at the same seed, the same log-density, and a clear error
-for arguments of two shapes (it does not broadcast)."""
+"""StepNormal against torch's Normal: the same draws bit for bit at the same seed, the same log-density, an expand that keeps
+the law, and a clear error for arguments of two shapes (it does not broadcast)."""
 
 import pytest
 import torch
@@ -28,6 +28,12 @@ def test_rsample_is_differentiable_and_sample_is_not():
     loc = torch.zeros(3, 2, requires_grad=True)
     q = diagonal_normal(loc, torch.ones(3, 2))
     assert q.rsample().requires_grad and not q.sample().requires_grad
+
+
+def test_expand_keeps_the_law():
+    q = StepNormal(torch.tensor([1.0, -2.0]), torch.tensor([0.5, 3.0])).expand((4, 2))
+    assert isinstance(q, StepNormal) and q.batch_shape == (4, 2)
+    assert torch.equal(q.log_prob(torch.zeros(4, 2)), Normal(torch.tensor([1.0, -2.0]), torch.tensor([0.5, 3.0])).log_prob(torch.zeros(4, 2)).expand(4, 2))
 
 
 def test_two_shapes_are_refused():

@@ -105,7 +105,8 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
 def plot_bands(
     curves: dict[str, tuple], path: Path, title: str, ylabel: str, panels: dict[str, list[str]] | None = None, floor: tuple[str, float] | None = None
 ) -> None:
-    """Mean curves with a min-max band across seeds: ``curves[label] = (x [T], values [S, T])``.
+    """Mean curves with a band of one standard deviation across seeds (Lahlou et al. 2023, Figure 1: mean ± std of 6 runs):
+    ``curves[label] = (x [T], values [S, T])``. The band's lower edge is clipped at a hundredth of the mean, for the logarithmic axis.
 
     ``panels`` groups labels into side-by-side axes (``{panel title: [labels]}``); default one axis. ``floor = (label,
     value)`` draws a dashed horizontal line on every axis (e.g. what a perfect sampler scores).
@@ -116,8 +117,9 @@ def plot_bands(
         for label in labels:
             x, v = curves[label]
             v = np.asarray(v)
-            ax.plot(x, v.mean(0), label=label)
-            ax.fill_between(x, v.min(0), v.max(0), alpha=0.2)
+            mean, std = v.mean(0), v.std(0)
+            ax.plot(x, mean, label=label)
+            ax.fill_between(x, np.maximum(mean - std, mean / 100), mean + std, alpha=0.2)
         if floor is not None:
             ax.axhline(floor[1], color="k", linestyle="--", linewidth=0.8, label=floor[0])
         ax.set_yscale("log")

@@ -247,7 +247,12 @@ def make_policies(graph: PointedGraph, config: QuarterDiscConfig):
     pf_heads = [BetaMixtureHead(2, config.n_components_s0, C_MIN, span), BetaMixtureHead(1, n_components, C_MIN, span)]
     body = torso(2, hidden, n_layers, ACTIVATIONS[config.activation])
     pf = MLPPolicy(QuarterDiscKernel(rho, True, jac), graph.encode, 2, 1, pf_heads, source=graph.source, shared_torso=body)
-    kappa_b = QuarterDiscKernel(rho, False, jac)
     if config.backward == "uniform":
-        return pf, UniformPolicy(kappa_b)
-    return pf, MLPPolicy(kappa_b, graph.encode, 2, 1, [BetaMixtureHead(1, n_components, C_MIN, span)], shared_torso=pf.torso)
+        return pf, uniform_backward(rho, jac)
+    return pf, MLPPolicy(QuarterDiscKernel(rho, False, jac), graph.encode, 2, 1, [BetaMixtureHead(1, n_components, C_MIN, span)], shared_torso=pf.torso)
+
+
+def uniform_backward(rho: float, jacobian: bool = True) -> UniformPolicy:
+    """The fixed P_B of the paper's quarter disc: uniform in angle on the backward arc of radius ``rho``, a density
+    w.r.t. arclength (without the arc chart's Jacobian where ``jacobian`` is false)."""
+    return UniformPolicy(QuarterDiscKernel(rho, False, jacobian))

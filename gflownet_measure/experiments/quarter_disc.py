@@ -122,11 +122,14 @@ class Reference:
 
 @optional_figure
 def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
-    """Figure 2: R/Z, the KDE of the learned samples, P_F(s0, .) on [0, rho]^2 and the law of s1 under R (x) P_B.
+    """Figure 2 of Lahlou et al. 2023, its five panels in its order: (a) R/Z, (b) the KDE of the learned samples, (c) the
+    law of s1 under R (x) the uniform P_B, (d) P_F(s0, .) on [0, rho]^2, (e) the law of s1 under R (x) the run's P_B.
 
-    The last two are densities w.r.t. area of the same point :math:`s_1`, equal at a solution of the balance
-    conditions; they share one colour scale (that of P_F). The law of :math:`s_1` is a histogram of the backward
-    walks from the rejection samples, on a grid coarse enough to hold about 30 walks per cell.
+    (c), (d) and (e) are densities w.r.t. area of the same point :math:`s_1`: at a solution of the balance conditions
+    (d) equals the law of s1 under the P_B trained with, (c) with the fixed uniform P_B, (e) with a learned one (the two
+    coincide for ``backward=uniform``, drawn from independent walks). They share one colour scale (that of P_F). A law of
+    :math:`s_1` is a histogram of the backward walks from the rejection samples, on a grid coarse enough to hold about 30
+    walks per cell; the panels follow the public code's ``density_figures.ipynb`` (which draws KDEs of bandwidth 0.01).
     """
     n = len(GRID)
     side = torch.linspace(0.0, rho, 60, dtype=torch.float64)[1:]
@@ -136,17 +139,21 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
         log_p = pf(torch.zeros(int(inside.sum()), 2, dtype=torch.float64)).log_prob(disc[inside], torch.zeros(int(inside.sum()), dtype=torch.bool))
     pf_img = torch.full((len(disc),), float("nan"), dtype=torch.float64)
     pf_img[inside] = log_p.double().exp()
-    s1 = sample_backward(graph, pb, ref.samples).states[1]
-    bins = max(4, int(math.sqrt(len(s1) / 30 * 4 / math.pi)))  # ~30 walks per cell of the quarter disc
-    hist, _, _ = np.histogram2d(s1[:, 0].cpu().numpy(), s1[:, 1].cpu().numpy(), bins=bins, range=[[0, rho], [0, rho]], density=True)
+    bins = max(4, int(math.sqrt(len(ref.samples) / 30 * 4 / math.pi)))  # ~30 walks per cell of the quarter disc
+
+    def law_of_s1(backward: Policy) -> np.ndarray:
+        s1 = sample_backward(graph, backward, ref.samples).states[1].cpu().numpy()
+        return np.histogram2d(s1[:, 0], s1[:, 1], bins=bins, range=[[0, rho], [0, rho]], density=True)[0]
+
     box, small = (0.0, 1.0, 0.0, 1.0), (0.0, rho, 0.0, rho)
     panels = [
-        ("reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).cpu().numpy(), box),
-        ("KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).cpu().numpy(), box),
-        ("learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).cpu().numpy(), small),
-        ("s1 of backward walks from R with P_B (same scale)", hist, small),
+        ("(a) reward density R/Z", torch.softmax(ref.log_R, 0).reshape(n, n).cpu().numpy(), box),
+        ("(b) KDE of learned samples", torch.softmax(kde_log_density(x, ref.points, ref.bandwidth), 0).reshape(n, n).cpu().numpy(), box),
+        ("(c) s1 of backward walks from R, uniform P_B", law_of_s1(env.uniform_backward(rho)), small),
+        ("(d) learned P_F(s0, .) (density w.r.t. area)", pf_img.reshape(len(side), len(side)).cpu().numpy(), small),
+        ("(e) s1 of backward walks from R, the run's P_B", law_of_s1(pb), small),
     ]
-    plot_density_panels(panels, path, title, share=(2, 3))
+    plot_density_panels(panels, path, title, share=(3, 2, 4))
 
 
 def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:

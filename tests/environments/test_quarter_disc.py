@@ -406,3 +406,24 @@ def test_saturated_backward_policy_walks_from_the_boundary_reach_s0(rho, end):
         for x in (inner,) * 10 + (_boundary_states(rho, torch.float64),):
             traj = sample_backward(g, pb, x)  # raises unless every walk reaches s0
             assert (traj.states >= -1e-15).all() and (traj.states <= 1 + 1e-15).all()
+
+
+@pytest.mark.parametrize("rho", RHOS)
+def test_uniform_backward_walks_give_figure2_panel_c(rho):
+    """Figure 2 (c) is the law of s1 under R (x) the fixed uniform P_B: ``uniform_backward`` is the P_B that
+    ``make_policies`` builds for ``backward=uniform`` (equal densities at its own draws), and its walks from exact samples of
+    R end at an s1 in the quarter disc of radius rho, at x itself where x is in that disc (s0 -> x -> sink). Seeded
+    (torch.manual_seed(0)); what is asserted holds for every draw, up to float64 round-off."""
+    torch.manual_seed(0)
+    g = qd.make_graph(cfg(rho))
+    pb = qd.uniform_backward(rho)
+    _, built = qd.make_policies(g, cfg(rho))
+    s = states(2000, seed=3)
+    d = pb(s)
+    parent, sink = d.sample()
+    assert torch.equal(d.log_prob(parent, sink), built(s).log_prob(parent, sink))
+    x = rejection_sample(qd.log_reward, torch.zeros(2), torch.ones(2), math.log(qd.REWARD_MAX), 4000, torch.Generator().manual_seed(1))
+    s1 = sample_backward(g, pb, x).states[1]
+    assert (torch.linalg.vector_norm(s1, dim=1) <= rho + 1e-12).all() and (s1 >= -1e-15).all()
+    inside = torch.linalg.vector_norm(x, dim=1) <= rho
+    assert inside.any() and torch.equal(s1[inside], x[inside].to(s1.dtype))

@@ -122,14 +122,16 @@ class Reference:
 
 @optional_figure
 def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Tensor, rho: float, path: Path, title: str) -> None:
-    """Figure 2 of Lahlou et al. 2023, its five panels in its order: (a) R/Z, (b) the KDE of the learned samples, (c) the
-    law of s1 under R (x) the uniform P_B, (d) P_F(s0, .) on [0, rho]^2, (e) the law of s1 under R (x) the run's P_B.
+    """Figure 2 of Lahlou et al. 2023, five panels in the order its public code draws them: (a) R/Z, (b) the KDE of the
+    learned samples, (c) the law of s1 under R (x) the uniform P_B, (d) P_F(s0, .) on [0, rho]^2, (e) the law of s1 under
+    R (x) the run's P_B.
 
     (c), (d) and (e) are densities w.r.t. area of the same point :math:`s_1`: at a solution of the balance conditions
     (d) equals the law of s1 under the P_B trained with, (c) with the fixed uniform P_B, (e) with a learned one (the two
     coincide for ``backward=uniform``, drawn from independent walks). They share one colour scale (that of P_F). A law of
     :math:`s_1` is a histogram of the backward walks from the rejection samples, on a grid coarse enough to hold about 30
-    walks per cell; the panels follow the public code's ``density_figures.ipynb`` (which draws KDEs of bandwidth 0.01).
+    walks per cell; the order and content are those of the public code's ``density_figures.ipynb`` (which draws KDEs of
+    bandwidth 0.01).
     """
     n = len(GRID)
     side = torch.linspace(0.0, rho, 60, dtype=torch.float64)[1:]

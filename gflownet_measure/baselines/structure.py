@@ -1,7 +1,8 @@
 """The baselines of JSP-GFN's tables (Deleu et al. 2023, section 5.2 and Table D.1), by name: one registry, imported lazily.
 
 ``STRUCTURE_BASELINES`` maps a table's name to where the function lives, the packages it needs (the optional extra
-``baselines``; none for the MCMC baselines, ``bcd`` and ``vbg``, which are numpy / torch / scipy only), which models it can
+``baselines``; none for the MCMC baselines (``mc3-collapsed``: structure MC3 on :math:`P(G | D)` with :math:`\\theta`
+integrated out, linear-Gaussian or categorical models), ``bcd`` and ``vbg``, which are numpy / torch / scipy only), which models it can
 run on, and how a run's :class:`Budget` becomes its arguments. :func:`available` says whether the packages import, and
 why not, so that a table can run what is installed and write which baselines it skipped; :func:`load` returns the
 function; :func:`sample` runs one baseline on a model, or says why it cannot. Importing this module imports none of
@@ -65,6 +66,12 @@ def _mcmc(budget: Budget, model) -> dict[str, Any]:
     }
 
 
+def _collapsible(model) -> str:
+    from gflownet_measure.baselines.collapsed_mc3 import no_closed_form  # numpy / torch only, as the registry's other imports
+
+    return no_closed_form(model)
+
+
 def _linear_only(label: str) -> Callable[[Any], str]:
     return lambda model: "" if _linear(model) else f"{label} draws theta from the linear-Gaussian posterior: linear models only"
 
@@ -95,6 +102,7 @@ STRUCTURE_BASELINES = {
         lambda model: "",
         lambda budget, model: _mcmc(budget, model) | {"theta_step": budget.mh_theta_step},
     ),
+    "mc3-collapsed": StructureBaseline("collapsed MC3", "gflownet_measure.baselines.collapsed_mc3", "collapsed_mc3", (), _collapsible, _mcmc),
     "b-ges": StructureBaseline(
         "B-GES",
         "gflownet_measure.baselines.bootstrap",

@@ -47,7 +47,7 @@ def test_registry_reports_a_missing_package(monkeypatch):
 
 
 def test_registry_rejects_an_unknown_name():
-    assert tuple(STRUCTURE_BASELINES) == ("gibbs", "mh", "b-ges", "b-pc", "dibs", "bcd", "vbg")
+    assert tuple(STRUCTURE_BASELINES) == ("gibbs", "mh", "mc3-collapsed", "b-ges", "b-pc", "dibs", "bcd", "vbg")
     with pytest.raises(ValueError, match="unknown structure baseline 'ges'; choose one of"):
         available("ges")
 

@@ -19,10 +19,14 @@ Two marginal scores are closed-form (conjugate priors):
   with equivalent sample size :math:`\\alpha` (:data:`BDEU_ESS`), over the rows that do not intervene on ``j``
   (perfect interventions, Cooper and Yoo 1999).
 
-A model without a closed-form marginal (MLP CPDs) gets the gains of a conjugate *surrogate* on the same data
-(:func:`lookahead_scores`): the categorical MLP the BDeu score, the continuous MLPs the linear-Gaussian marginal. The
-lookahead is a function of the graph like any other input of the policy, so the GFlowNet's fixed point does not
-depend on it; it only sets where training starts (docs/cpd_models.md).
+A model without a closed-form marginal gets (:func:`lookahead_scores`): the continuous MLPs their own Laplace local
+marginal (:mod:`~gflownet_measure.bayesnets.laplace`, Tierney and Kadane 1986), from the per-(node, parent set) solves
+that the solver head reads too; the categorical MLP the BDeu score of a conjugate Dirichlet-categorical *surrogate*
+on the same data (a Laplace solve of its 16-unit networks per parent set costs seconds; docs/cpd_models.md).
+
+This is a one-step reward lookahead, not a reparametrised flow: the policy's logits are shifted by the reward's
+one-step gains, a fixed function of :math:`G` like any other input of the policy, so the GFlowNet's fixed point does
+not depend on it; it only sets where training starts (docs/cpd_models.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+
+from gflownet_measure.bayesnets.laplace import LaplaceCache
 
 __all__ = ["BDEU_ESS", "LocalScores", "bdeu_local_scores", "lookahead_scores"]
 
@@ -112,15 +118,15 @@ def bdeu_local_scores(data: Tensor, n_states: int, interventions: Tensor | None 
     return score
 
 
-def lookahead_scores(model) -> LocalScores:
+def lookahead_scores(model, laplace: LaplaceCache | None = None) -> LocalScores:
     """The :class:`LocalScores` whose gains the lookahead adds for a CPD ``model``: its own closed-form marginal (a
-    linear-Gaussian model), the BDeu score of its states (a categorical model), or the linear-Gaussian marginal of its
-    data, with its noise variance where it has one (any other continuous model)."""
+    linear-Gaussian model), the BDeu score of its states (a categorical model), or the Laplace local marginal of its
+    per-node solves (a continuous MLP model: ``laplace``, the cache the solver head reads, or a new one on all rows;
+    :mod:`~gflownet_measure.bayesnets.laplace`)."""
     from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
     if isinstance(model, LinearGaussian):
         return model.scores
     if model.kind == "categorical":
         return LocalScores(model.d, bdeu_local_scores(model.data, model.n_states, model.interventions), model.log_edge_odds)
-    surrogate = LinearGaussian(model.data.to(torch.float64), getattr(model, "obs_var", 0.01), model.prior_var, model.graph_prior, 1.0, model.interventions)
-    return LocalScores(model.d, surrogate.scores.score, model.log_edge_odds)
+    return LocalScores(model.d, (laplace or LaplaceCache(model)).log_marginal, model.log_edge_odds)

@@ -1,5 +1,6 @@
 """The one-step lookahead of the marginal reward in JSP-GFN's edge and stop logits (``lookahead=true``,
 :func:`gflownet_measure.environments.dag_params.policy.action_log_probs`)."""
+
 from __future__ import annotations
 
 import math
@@ -11,6 +12,7 @@ from torch import nn
 from gflownet_measure.bayesnets.cpds import CategoricalMLP, MLPGaussian
 from gflownet_measure.bayesnets.dags import enumerate_dags, transitive_closure, valid_edges
 from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.bayesnets.laplace import LaplaceCache
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.bayesnets.scores import BDEU_ESS, LocalScores, bdeu_local_scores, lookahead_scores
 from gflownet_measure.environments import dag_params as dp
@@ -35,7 +37,7 @@ def test_edge_gains_are_differences_of_the_log_joint(graph_prior):
 
 def test_lookahead_policy_at_zero_outputs_is_the_one_step_flow():
     """With the network's edge and stop outputs at 0, P(stop | G) = R(G) / (R(G) + sum_e R(G + e) / (|E(G)| + 1)) and
-    P(G + e | G) = R(G + e) / (|E(G)| + 1) / (same), R(G) = P(G, D): the forward-looking policy of one step ahead."""
+    P(G + e | G) = R(G + e) / (|E(G)| + 1) / (same), R(G) = P(G, D): the policy of the one-step reward lookahead."""
     cfg = dp.DagParamsConfig(d=3, hidden=8, lookahead="on", n_data=20)
     problem = dp.make_problem(cfg)
     pf, _ = dp.make_policies(dp.make_graph(cfg, problem), cfg, problem)
@@ -95,11 +97,14 @@ def test_bdeu_local_score_is_the_polya_urn_marginal_and_drops_intervened_rows():
 
 
 def test_the_lookahead_of_a_model_without_a_closed_form_is_its_surrogate_s():
-    """A categorical MLP gets the BDeu gains of its states; an MLP Gaussian the linear-Gaussian marginal's of its data."""
+    """A categorical MLP gets the BDeu gains of its states; an MLP Gaussian the gains of its own Laplace local marginal
+    (bayesnets/laplace.py; the solves are deterministic functions of the key, so two caches agree: 1e-6 relative, the
+    rounding of a key's position in its batch)."""
     states = torch.randint(0, 3, (40, 3), generator=torch.Generator().manual_seed(1))
     categorical = CategoricalMLP(states)
     adj = enumerate_dags(3)
     expected = LocalScores(3, bdeu_local_scores(states, 3)).edge_gains(adj)
     assert torch.equal(lookahead_scores(categorical).edge_gains(adj), expected)
-    sim = simulate_er(3, 1.0, 30, 0, seed=2)
-    assert torch.allclose(lookahead_scores(MLPGaussian(sim.train)).edge_gains(adj), LinearGaussian(sim.train).edge_gains(adj), atol=1e-12)
+    mlp = MLPGaussian(simulate_er(3, 1.0, 30, 0, seed=2).train, hidden=2)
+    expected = LocalScores(3, LaplaceCache(mlp, starts=1, iterations=20).log_marginal).edge_gains(adj)
+    assert torch.allclose(lookahead_scores(mlp, LaplaceCache(mlp, starts=1, iterations=20)).edge_gains(adj), expected, rtol=1e-6)

@@ -8,6 +8,7 @@ path-wise length-2 penalty of eq. C.21.
 - The head's density is a density: ``check_graph`` passes with it (eq. 15-16 included).
 - The penalty's gradient in the network's weights matches central finite differences.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -25,6 +25,7 @@ from gflownet_measure.bayesnets.datasets.pgmpy_networks import PREFIX as PGMPY
 from gflownet_measure.bayesnets.datasets.pgmpy_networks import simulate_pgmpy
 from gflownet_measure.bayesnets.datasets.sachs import consensus_graph, discretise, sachs_split
 from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp, simulate_zi
+from gflownet_measure.bayesnets.laplace import LaplaceCache
 from gflownet_measure.bayesnets.scores import lookahead_scores
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.environments.dag_params.network import DiagGaussianHead, FullGaussianHead, JSPNetwork
@@ -100,14 +101,32 @@ class DagParamsConfig:
     logit_scale: float = option(1.0, "multiply the edge and stop logits by this (0: the number of data rows N, as the public JSP-GFN code does)", low=0.0)
     theta_head: str = option(
         "amortised",
-        "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (the network's mean refined by solver_steps conjugate-gradient steps on log R(G, .), the scale from its curvature; docs/cpd_models.md)",
+        "P_phi(theta | G): amortised (the paper's: the network's mean and scale) or solver (linear-Gaussian CPDs: Newton steps to the exact conditional mean, the scale from the curvature; MLP CPDs: each node's conditional mode from a cached multi-start L-BFGS solve per (node, parent set), the scale from its Laplace precision; docs/cpd_models.md)",
         choices=("amortised", "solver"),
     )
-    solver_steps: int = option(10, "theta_head=solver: preconditioned conjugate-gradient steps T on log R(G, .) per graph", low=0)
+    solver_steps: int = option(
+        10,
+        "theta_head=solver: Newton (linear-Gaussian CPDs) or preconditioned conjugate-gradient steps T on log R(G, .) per graph (not read by MLP CPDs)",
+        low=0,
+    )
+    solver_starts: int = option(
+        3,
+        "MLP CPDs (theta_head=solver, or lookahead): prior draws seeded by the (node, parent set) that each per-node L-BFGS solve starts from, the best kept",
+        low=1,
+        high=64,
+    )
+    solver_iterations: int = option(
+        100, "MLP CPDs (theta_head=solver, or lookahead): L-BFGS steps per start of each (node, parent set) solve (bayesnets/laplace.py)", low=0, high=10_000
+    )
     lookahead: str = option(
         "off",
-        "shift the edge and stop logits by the one-step lookahead of a closed-form marginal score log P(G, D), a forward-looking parametrisation that sets where training starts, not its fixed point (docs/cpd_models.md): on (the model's own marginal for linear-Gaussian CPDs; the BDeu score for categorical CPDs, the linear-Gaussian marginal for the other continuous ones), off, or auto (on for linear-Gaussian CPDs only)",
+        "one-step reward lookahead: shift the edge and stop logits by the gains log P(G + e, D) - log P(G, D) of a marginal score, a fixed function of G that sets where training starts, not its fixed point (docs/cpd_models.md): on (the model's own closed-form marginal for linear-Gaussian CPDs; the Laplace local marginal for MLP and zero-inflated CPDs; the BDeu score for categorical CPDs), off, or auto (on for linear-Gaussian CPDs only)",
         choices=("off", "on", "auto"),
+    )
+    calibrate: bool = option(
+        False,
+        "learn an offset of the stop logit per edge count, zero at the start: the completions beyond one step that the lookahead's stop term misses (environments/dag_params/policy.py, JSPPolicy); its rate is the run's lr_calibrate",
+        choices=(True, False),
     )
     solver_rows: int = option(
         0,
@@ -241,9 +260,13 @@ def make_policies(graph: PointedGraph, config: DagParamsConfig, problem: Problem
     model = (problem or make_problem(config)).model
     scale = config.logit_scale or float(model.n)
     network = JSPNetwork(model.d, config.hidden, model.block_index(), model.active, MODELS[config.model][1])
+    rows = solver_rows(config, model.n)
+    laplace = LaplaceCache(model, rows, config.solver_starts, config.solver_iterations) if hasattr(model, "node_log_likelihood") else None
     if config.theta_head == "solver":
-        network.theta_head = SolverHead(network.theta_head, model, config.solver_steps, solver_rows(config, model.n))
-    return JSPPolicy(graph.kappa, network, scale, lookahead_scores(model).edge_gains if config.uses_lookahead else None), UniformPolicy(graph.kappa_b)
+        network.theta_head = SolverHead(network.theta_head, model, config.solver_steps, rows, laplace)
+    # the lookahead reads all rows: it shares the solves when the solver head does too
+    scores = lookahead_scores(model, laplace if rows is None else None) if config.uses_lookahead else None
+    return JSPPolicy(graph.kappa, network, scale, None if scores is None else scores.edge_gains, config.calibrate), UniformPolicy(graph.kappa_b)
 
 
 def solver_rows(config: DagParamsConfig, n: int) -> Tensor | None:

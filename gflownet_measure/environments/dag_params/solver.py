@@ -16,6 +16,14 @@ with :math:`\\mathrm{PCG}_T` ``T`` steps of Jacobi-preconditioned (Polak-Ribiere
 exact for a linear-Gaussian model, Gauss-Newton for an MLP). At initialisation :math:`\\mathrm{softplus}(c) = 1`, so
 :math:`\\sigma_p^2 = 1/h_p`: for a Gaussian posterior that is the best factorised Gaussian (mean-field), before any training.
 
+Models without an exact Newton solve (the MLP CPDs) take the mean from a cache instead: every CPD model's
+:math:`\\log R` is a sum of per-node terms, node :math:`j`'s a function of its own block and parent set alone, so
+:math:`\\mu_j = u^*_{j, \\mathrm{Pa}(j)}`, the conditional mode of node :math:`j`'s parameters from a multi-start solve
+per (node, parent set), and :math:`\\sigma_p = \\mathrm{softplus}(\\rho_p + c)\\, \\Lambda_{pp}^{-1/2}` with :math:`\\Lambda`
+the negative Hessian there (:mod:`gflownet_measure.bayesnets.laplace`; the mean-field scale of the Laplace
+approximation, MacKay 1992). The network's :math:`\\mu_0` is then unused: a few conjugate-gradient steps from it left
+an MLP's mean far from the mode (docs/cpd_models.md).
+
 Why this is still a GFlowNet policy. :math:`\\mu` and :math:`\\sigma` are deterministic, measurable functions of
 :math:`G` (the network, then a fixed number of solver steps on a fixed reward), so :math:`P_\\phi(\\theta \\mid G)` is a
 Gaussian density w.r.t. Lebesgue measure on :math:`\\Theta_G`, as the amortised head's: eq. 8, Theorem 3.1 of Lahlou
@@ -38,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from gflownet_measure.bayesnets.laplace import LaplaceCache
 from gflownet_measure.environments.dag_params.network import FullGaussianHead
 from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
@@ -116,13 +125,17 @@ class SolverHead(nn.Module):
         model: the CPD model (:class:`~gflownet_measure.bayesnets.cpd_base.CPDModel`: ``log_reward_and_grad``, ``log_reward_hvp``, ``curvature``).
         steps: ``T``, solver steps (0: :math:`\\mu = \\mu_0`, the scale still from the curvature).
         rows: ``[M]`` long, the data rows the solver reads (fixed for the head's life), or ``None`` for all.
+        laplace: for a model without an exact Newton solve, the cache of per-(node, parent set) conditional modes and
+            Laplace precisions on the same rows (:class:`~gflownet_measure.bayesnets.laplace.LaplaceCache`): then
+            :math:`\\mu = u^*(G)` and :math:`\\sigma_p = \\mathrm{softplus}(\\rho_p + c)\\, \\Lambda_{pp}^{-1/2}` (:meth:`_laplace`), and
+            :math:`\\mu_0` and ``steps`` are not used; ``None``: the conjugate-gradient refinement of :math:`\\mu_0`.
     """
 
-    def __init__(self, base: nn.Module, model, steps: int, rows: Tensor | None = None):
+    def __init__(self, base: nn.Module, model, steps: int, rows: Tensor | None = None, laplace: LaplaceCache | None = None):
         super().__init__()
         if steps < 0:
             raise ValueError(f"SolverHead: steps must be >= 0; got {steps}")
-        self.base, self.model, self.steps = base, model, int(steps)
+        self.base, self.model, self.steps, self.laplace = base, model, int(steps), laplace
         self.register_buffer("rows", rows, persistent=False)
         self.register_buffer(
             "groups",
@@ -173,11 +186,20 @@ class SolverHead(nn.Module):
         if isinstance(self.base, FullGaussianHead):
             return self._full(self.base(nodes, glob, adj), graphs)
         loc0, raw_scale, on = self.base.params(nodes, glob, adj)
+        if self.laplace is not None and not self.newton:
+            return self._laplace(raw_scale, on, graphs)
         loc, mean = self._refined(loc0, on, graphs)
         with torch.no_grad():
             curv = self.model.curvature(graphs, mean, self.rows)
         scale = F.softplus(raw_scale + SCALE_OFFSET) * curv.rsqrt().to(raw_scale.dtype)
         return DiagNormalTheta(torch.where(on, loc, torch.zeros_like(loc)), scale, on)
+
+    def _laplace(self, raw_scale: Tensor, on: Tensor, graphs: Tensor) -> DiagNormalTheta:
+        """:math:`\\mu = u^*(G)`, :math:`\\sigma_p = \\mathrm{softplus}(\\rho_p + c)\\, \\Lambda_{pp}^{-1/2}`: each node's cached conditional mode and the
+        diagonal of its Laplace precision (:class:`~gflownet_measure.bayesnets.laplace.LaplaceCache`), constants to :math:`\\phi`."""
+        mode, precision = self.laplace.for_graphs(graphs)
+        scale = F.softplus(raw_scale + SCALE_OFFSET) * precision.rsqrt().to(raw_scale.dtype)
+        return DiagNormalTheta(torch.where(on, mode.to(raw_scale.dtype), 0.0), scale, on)
 
     def _full(self, base: FullNormalTheta, graphs: Tensor) -> FullNormalTheta:
         """The full-covariance version (linear models): the mean solved as above and the precision factor

@@ -13,6 +13,7 @@ __all__ = [
     "expected_sample_tv",
     "log_z_bounds",
     "log_weights",
+    "log_weight_summary",
     "grid_jsd",
     "ks_distance",
     "grid_kl",
@@ -78,6 +79,23 @@ def log_z_bounds(w: Tensor) -> tuple[float, float]:
     """
     w = w.double()
     return float(w.mean()), float(torch.logsumexp(w, 0) - math.log(len(w)))
+
+
+def log_weight_summary(w: Tensor) -> dict[str, float]:
+    """How far a sampler is from balance, from the log-weights ``w [K]`` of :func:`log_weights` of ``K`` of its own trajectories:
+
+    .. math:: \\mathrm{ELBO} = \\bar w, \\quad \\mathrm{sd}(w), \\quad
+       \\mathrm{ESS} = \\frac{(\\sum_k e^{w_k})^2}{K \\sum_k e^{2 w_k}}, \\quad
+       \\log \\hat Z = \\log \\frac1K \\sum_k e^{w_k}
+
+    (Kish's effective sample size as a fraction of ``K``, 1 for a perfect sampler whose ``w`` is the constant
+    :math:`\\log Z`; :math:`\\log Z - \\mathrm{ELBO}` is the KL divergence of the sampler's path measure from the
+    target's). Keys ``elbo``, ``log_weight_sd``, ``ess``, ``iw_log_Z``.
+    """
+    w = w.double()
+    elbo, iw = log_z_bounds(w)
+    ess = float(torch.exp(2 * torch.logsumexp(w, 0) - torch.logsumexp(2 * w, 0))) / len(w)
+    return {"elbo": elbo, "log_weight_sd": float(w.std()) if len(w) > 1 else 0.0, "ess": ess, "iw_log_Z": iw}
 
 
 def grid_jsd(log_p: Tensor, log_q: Tensor) -> float:

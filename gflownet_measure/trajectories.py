@@ -9,7 +9,7 @@ from torch import Tensor
 
 from .measures import SupportPoint
 
-__all__ = ["Trajectories"]
+__all__ = ["Trajectories", "cat_trajectories"]
 
 
 class Trajectories(NamedTuple):
@@ -50,3 +50,21 @@ class Trajectories(NamedTuple):
         """The same batch with trailing all-sink positions removed (``T = max length``)."""
         T = int(self.length.max())
         return Trajectories(self.states[: T + 1], self.sink[: T + 1], self.log_R, self.draw)  # the transitions, and so the draw, are unchanged
+
+
+def cat_trajectories(batches: list[Trajectories]) -> Trajectories:
+    """The trajectories of ``batches`` side by side, ``[T + 1, B_1 + B_2 + ..., D]`` with ``T`` the longest: a shorter
+    batch is padded at the end with its terminal rows, flagged as sink (the layout of :class:`Trajectories`). The
+    result has no ``draw``: :func:`~gflownet_measure.rollout.log_densities` locates its transitions."""
+    if not batches:
+        raise ValueError("cat_trajectories needs at least one batch")
+    T1 = max(b.states.shape[0] for b in batches)
+
+    def padded(b: Trajectories) -> tuple[Tensor, Tensor]:
+        pad = T1 - b.states.shape[0]
+        if pad == 0:
+            return b.states, b.sink
+        return torch.cat([b.states, b.states[-1:].expand(pad, -1, -1)]), torch.cat([b.sink, b.sink.new_ones(pad, b.sink.shape[1])])
+
+    states, sink = zip(*(padded(b) for b in batches))
+    return Trajectories(torch.cat(states, 1), torch.cat(sink, 1), torch.cat([b.log_R for b in batches]))

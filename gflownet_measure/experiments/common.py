@@ -21,7 +21,7 @@ from torch import nn
 from gflownet_measure.checks import probe_contracts
 from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
-from gflownet_measure.metrics import log_weights, log_z_bounds
+from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
@@ -332,3 +332,14 @@ def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int, pf: Policy | None 
         traj = sample_forward(graph, pf, n)
         w = log_weights(traj.log_R, *log_densities(traj, pf, gfn.pb), traj.mask)
     return (traj, *log_z_bounds(w))
+
+
+def balance_metrics(graph: PointedGraph, pf: Policy, pb: Policy, n: int, chunk: int = 100) -> dict[str, float]:
+    """:func:`~gflownet_measure.metrics.log_weight_summary` of ``n`` on-policy trajectories of ``pf`` against ``pb``, drawn and
+    scored ``chunk`` at a time (ELBO, log-weight sd, ESS, importance-weighted log Z): how close ``pf`` is to balance."""
+    ws = []
+    with torch.no_grad():
+        for k in range(0, n, chunk):
+            traj = sample_forward(graph, pf, min(chunk, n - k))
+            ws.append(log_weights(traj.log_R, *log_densities(traj, pf, pb), traj.mask))
+    return log_weight_summary(torch.cat(ws))

@@ -6,10 +6,14 @@ training path (:func:`~gflownet_measure.experiments.common.train_gflownet`): ``n
 first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions fill a
 replay buffer (:class:`~gflownet_measure.environments.dag_params.replay.EdgeReplay`, the batch source of the ``transitions`` objective);
 each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the
-registered undirected SubTB objective (eq. 8), with a moving average of the weights (``ema``) as the sampler. The
-final sampler is scored against the exact posterior up to d = 5 (:mod:`gflownet_measure.environments.dag_params.evaluation`), by
-held-out NLL, E-SHD, AUROC and the log P_T vs log R fit beyond, beside the baselines of the ``baseline`` setting on the
-same data.
+registered undirected SubTB objective (eq. 8), with a moving average of the weights (``ema``) as the sampler. With
+``objective=tb`` (or ``vargrad``) an update instead draws ``batch_size`` whole trajectories, plus ``replayed`` walked back
+from a ring of visited terminal states (:class:`~gflownet_measure.experiments.structure_batches.StructureBatches`), and
+minimises trajectory balance with a learned log Z. The final sampler is scored against the exact posterior up to d = 5
+(:mod:`gflownet_measure.environments.dag_params.evaluation`), by held-out NLL, E-SHD, AUROC and the log P_T vs log R fit
+beyond (and, with ``reference=mc3-collapsed``, against a collapsed-MC3 gold standard), beside the baselines of the
+``baseline`` setting on the same data. Every run also reports its sampler's on-policy log-weights (ELBO, sd, ESS,
+importance-weighted log Z) and the same figures of the untrained policy, ``start_*``, measured before training.
 
 ``samples.npz``: ``graphs [K, d, d]`` uint8 (``A[i, j] = 1`` for i -> j) and ``thetas [K, P]``, the CPD model's flat
 parameters (for a linear model ``P = d^2``, row-major: the weight of i -> j at ``i d + j``, 0 where absent), from
@@ -28,10 +32,11 @@ import numpy as np
 import torch
 
 from gflownet_measure.baselines import structure as structure_baselines
+from gflownet_measure.baselines.collapsed_mc3 import gold_standard, no_closed_form
 from gflownet_measure.bayesnets.dags import MAX_ENUMERATE
 from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
-from gflownet_measure.bayesnets.structure_metrics import feature_metrics
+from gflownet_measure.bayesnets.structure_metrics import feature_metrics, rmse_pearson, sample_features
 from gflownet_measure.environments import dag_params as env
 from gflownet_measure.environments.dag_params.evaluation import (
     conditional_theta_metrics,
@@ -45,15 +50,16 @@ from gflownet_measure.environments.dag_params.evaluation import (
 from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
 from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_move_probability
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
-from gflownet_measure.objectives import GFlowNet
+from gflownet_measure.objectives import GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet
 from .memory import require_memory
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
 from .settings import ConfigError, build
+from .structure_batches import StructureBatches
 from .tables import write_table
 from .training_config import TrainingConfig, ema_setting, training_settings
 
@@ -63,20 +69,49 @@ structure MCMC, and the structure learners of the optional extra ``baselines``),
 
 SETTINGS = {
     **env.SETTINGS,
-    **training_settings(
-        without=("steps", "batch_size", "lr_logZ", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0
-    ),  # no log Z, no state flow, replayed batches
+    **training_settings(without=("steps", "batch_size", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no state flow, own batches
+    "objective": Setting(
+        "undirected_subtb",
+        "undirected_subtb: eq. 8 of Deleu et al. 2023 on replayed edge transitions; tb: trajectory balance on whole trajectories with a learned log Z (started at the untrained policy's importance-weighted log Z); vargrad: the log-variance of the trajectories' log-weights (no log Z)",
+        choices=("undirected_subtb", "tb", "vargrad"),
+    ),
     "steps": Setting(2000, "gradient updates (one per environment step of every graph)", low=1),
-    "batch_size": Setting(64, "replayed edge transitions per update", low=1),
+    "batch_size": Setting(
+        64, "per update: replayed edge transitions (undirected_subtb) or trajectories drawn forward from the exploring policy (tb, vargrad)", low=1
+    ),
+    "replayed": Setting(
+        0,
+        "tb, vargrad: per update, terminal states drawn from a ring of visited ones (rank-prioritised by log R) and walked back to s0 with P_B",
+        low=0,
+    ),
+    "ring_capacity": Setting(2000, "tb, vargrad: terminal states the ring of replayed keeps (FIFO)", low=1),
+    "rank_weight": Setting(0.01, "tb, vargrad: priority 1 / (rank_weight n + rank) of the ring's draws, rank 0 the highest log R", low=1e-8),
+    "lr_calibrate": Setting(0.01, "Adam learning rate of the stop offsets per edge count (calibrate=true)", low=0.0),
+    "reference": Setting(
+        "none",
+        "beyond the exact posterior (d > 5): mc3-collapsed scores the sampler's and its start's edge and path marginals against a gold standard, the collapsed structure MC3 on the model's closed-form marginal (linear-Gaussian or BDeu; reference_chains x reference_steps steps); none",
+        choices=("none", "mc3-collapsed"),
+    ),
+    "reference_chains": Setting(8, "reference=mc3-collapsed: chains, from different starts", low=2),
+    "reference_steps": Setting(
+        16_000_000,
+        "reference=mc3-collapsed: steps per chain after a quarter as many of burn-in (16M: split-R-hat 1.002, chains within 0.02, about 4 min at d = 20; baselines/collapsed_mc3.py)",
+        low=1,
+    ),
+    "weight_samples": Setting(
+        1000,
+        "on-policy trajectories whose log-weights w = log R + sum log P_B - sum log P_F give elbo, log_weight_sd, ess and iw_log_Z, for the sampler and for its untrained start (start_*)",
+        low=2,
+    ),
     "lr_theta": Setting(
         0.0,
         "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression",
         low=0.0,
     ),
     "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
-    "prefill": Setting(1000, "uniform-policy environment steps that fill the replay buffer before training", low=1),
-    "replay_capacity": Setting(100000, "edge transitions kept (FIFO)", low=1),
-    "num_envs": Setting(8, "graphs grown in parallel; one step each per update", low=1),
+    "prefill": Setting(1000, "undirected_subtb: uniform-policy environment steps that fill the replay buffer before training", low=1),
+    "replay_capacity": Setting(100000, "undirected_subtb: edge transitions kept (FIFO)", low=1),
+    "num_envs": Setting(8, "undirected_subtb: graphs grown in parallel; one step each per update", low=1),
     "min_exploration": Setting(
         0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0
     ),
@@ -135,21 +170,24 @@ SETTINGS = {
 PRESETS = {
     # d = 3 in about a minute; the weight average's horizon is 100 updates (docs/results.md, section 4: 'The sampler', 'd = 3, quick preset')
     "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500, "ema": 0.99},
-    # d = 20 on a CPU: a budget that keeps the lookahead's start, not convergence (docs/results.md, section 4: 'd = 20 with the solver head and the lookahead')
+    # d = 20 on a CPU: trajectory balance from the one-step reward lookahead's greedy start, with stop offsets per edge count
+    # learned at their own rate (docs/results/jsp-gfn-d20.md: chosen on data_seeds 100, 0 and 1; reported on 2 and 3)
     "d20": {
         "d": 20,
         "edges_per_node": 2.0,
         "theta_head": "solver",
         "lookahead": "auto",
-        "steps": 1000,
-        "batch_size": 32,
-        "theta_samples": 4,
-        "prefill": 50,
-        "replay_capacity": 20000,
-        "lr": 3e-6,
+        "objective": "tb",
+        "calibrate": True,
+        "lr_calibrate": 0.01,
+        "steps": 2000,
+        "batch_size": 16,
+        "lr": 5e-4,
+        "grad_clip": 10.0,
+        "min_exploration": 0.0,
         "anneal_fraction": 1e-6,
         "eval_every": 250,
-        "ema": 0.99,
+        "ema": 0.0,
         "eval_samples": 100,
         "fit_samples": 50,
         "fit_orders": 100,
@@ -263,30 +301,31 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
     model, d = problem.model, graph.kappa.d
-    replay = EdgeReplay(
-        graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step)
-    )
-    if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
-        replay.prefill(cfg["prefill"])
-    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
-    sampler = pf if ema is None else ema.module
     exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
 
-    def scores(policy, prefix: str = "") -> dict:
+    def scores(policy, prefix: str = "", n: int = cfg["eval_samples"]) -> dict:
         if exact is not None:
             m = graph_metrics(policy, exact)[0]
             return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse", "edge_r", "path_r", "markov_r")}
         with torch.no_grad():
-            graphs, thetas = posterior_samples(graph, policy, cfg["eval_samples"])
+            graphs, thetas = posterior_samples(graph, policy, n)
         return {prefix + k: v for k, v in sample_metrics(problem, graphs, thetas).items()}
 
-    def evaluate() -> dict:
-        return scores(sampler) | (scores(pf, "last_") if ema is not None else {})
-
-    lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else None
-    history = train_gflownet(
-        GFlowNet(pf, pb), graph, configure(UNDIRECTED_SUBTB, cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, replay, ema, lr_modules
+    start = _start_metrics(
+        out, resume, lambda: scores(pf, n=cfg["posterior_samples"]) | balance_metrics(graph, pf, pb, cfg["weight_samples"]) | _marginals(graph, pf, cfg)
     )
+    gfn, objective, batches = _training_parts(cfg, graph, pf, pb, model, start, resume)
+    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
+    sampler = pf if ema is None else ema.module
+
+    def evaluate() -> dict:
+        m = scores(sampler) | balance_metrics(graph, sampler, pb, cfg["eval_samples"])
+        return m | (scores(pf, "last_") if ema is not None else {}) | learned_log_Z(objective, gfn, graph)
+
+    lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else {}
+    if cfg["calibrate"]:
+        lr_modules |= {"pf.stop_offsets": cfg["lr_calibrate"]}
+    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, batches, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
     np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
@@ -304,11 +343,17 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
                 sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget
             )
             metrics |= fit
+            if metrics.get("fit_samples", 0) < MIN_ROBUST_FIT:  # RANSAC on a few dozen points is noise: the plain fit and r stay
+                metrics.pop("log_pt_vs_log_r_slope_robust", None)
             if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
                 metrics["heldout_nll_truth"] = problem.heldout_nll_truth
             if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
                 metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
+            if cfg["reference"] != "none":
+                metrics |= reference_metrics(cfg, model, graphs, start)
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
+    metrics |= balance_metrics(graph, sampler, pb, cfg["weight_samples"]) | learned_log_Z(objective, gfn, graph)
+    metrics |= {f"start_{k}": v for k, v in start.items() if not isinstance(v, list)} | {"expected_edges": float(graphs.double().sum((1, 2)).mean())}
     metrics |= {
         "seconds": history[-1]["seconds"],
         "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
@@ -329,6 +374,67 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     if problem.true_adj is not None and exact is None:
         _edge_figure(cfg, problem, graphs, out)
     return metrics
+
+
+MIN_ROBUST_FIT = 1000
+"""The fewest points of the log P_T vs log R fit whose RANSAC slope (``log_pt_vs_log_r_slope_robust``) is reported: on 30-50
+points the same policy gave slopes 0.72, 0.45 and -0.06 in three runs."""
+
+
+def _start_metrics(out: Path, resume: bool, measure) -> dict:
+    """The untrained policy's metrics (steps = 0), measured once before training on a forked random stream (so the run's
+    own draws are those it would make without them) and kept in ``start.json``; a resumed run reads them back."""
+    path = out / "start.json"
+    if resume and path.exists():
+        return json.loads(path.read_text())
+    with torch.random.fork_rng():
+        start = measure()
+    path.write_text(json.dumps(start) + "\n")
+    return start
+
+
+def _marginals(graph, policy, cfg: dict) -> dict:
+    """``{"edge_marginals": [d][d], "path_marginals": [d][d], "expected_edges": float}`` of ``posterior_samples`` rollouts of
+    ``policy`` (what a gold standard is compared with)."""
+    with torch.no_grad():
+        graphs, _ = posterior_samples(graph, policy, cfg["posterior_samples"])
+    features = sample_features(graphs.cpu())
+    return {"edge_marginals": features["edge"].tolist(), "path_marginals": features["path"].tolist(), "expected_edges": float(features["edge"].sum())}
+
+
+def reference_metrics(cfg: dict, model, graphs: torch.Tensor, start: dict) -> dict:
+    """The sampler's and its start's edge and path marginals against a gold standard of :math:`P(G | D)` beyond the exact
+    posterior (``reference=mc3-collapsed``: :func:`~gflownet_measure.baselines.collapsed_mc3.gold_standard`, the collapsed
+    structure MC3 on the model's closed-form marginal): ``{edge,path}_{rmse,r}_reference`` and ``start_*`` of them, the
+    posterior's ``reference_expected_edges`` beside the samples' ``expected_edges``, and the chains' ``reference_rhat`` and
+    ``reference_chain_spread`` (how far the gold standard itself is from converged)."""
+    ref = gold_standard(model, cfg["reference_chains"], cfg["reference_steps"], seed=cfg["data_seed"], max_parents=cfg["max_parents"] or None)
+    features = {"edge": ref.edge, "path": ref.path}
+    out = {f"{k}_reference": v for k, v in feature_metrics(graphs.cpu(), features).items()}
+    for name, exact in features.items():
+        out[f"start_{name}_rmse_reference"], out[f"start_{name}_r_reference"] = rmse_pearson(start[f"{name}_marginals"], exact)
+    return out | {
+        "reference_expected_edges": ref.expected_edges,
+        "reference_rhat": ref.rhat,
+        "reference_chain_spread": ref.chain_spread,
+        "reference_seconds": ref.seconds,
+    }
+
+
+def _training_parts(cfg: dict, graph, pf, pb, model, start: dict, resume: bool):
+    """``(gfn, objective, batches)`` of the ``objective`` setting: eq. 8 on the edge transitions of :class:`EdgeReplay` (its
+    walkers and buffer prefilled by a uniform policy unless the run resumes), or a trajectory objective on
+    :class:`~.structure_batches.StructureBatches`, log Z (tb) started at the untrained policy's importance-weighted estimate."""
+    if cfg["objective"] == "undirected_subtb":
+        replay = EdgeReplay(
+            graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step)
+        )
+        if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
+            replay.prefill(cfg["prefill"])
+        return GFlowNet(pf, pb), configure(UNDIRECTED_SUBTB, cfg), replay
+    gfn = GFlowNet(pf, pb, log_Z=start["iw_log_Z"])
+    batches = StructureBatches(graph, gfn, cfg["batch_size"], cfg["replayed"], lambda step: exploration(cfg, step), cfg["ring_capacity"], cfg["rank_weight"])
+    return gfn, configure(get_objective(cfg["objective"]), cfg), batches
 
 
 def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
@@ -387,6 +493,18 @@ def update_bytes(cfg: dict, problem) -> float:
     return max(pairs, likelihood, walkers)
 
 
+def _validate_transitions(cfg: dict) -> None:
+    """Eq. 8's replay: a batch no larger than the buffer, nor than the transitions of the prefill."""
+    if cfg["batch_size"] > cfg["replay_capacity"]:
+        raise ConfigError(
+            f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity"
+        )
+    if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
+        raise ConfigError(
+            f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}"
+        )
+
+
 def validate(cfg: dict, d: int | None = None) -> None:
     """The data (a user's CSV is read and checked), the baselines, the replay batch against the buffer, the mini-batch
     against the rows, and the memory of one update (:func:`update_bytes`)."""
@@ -400,14 +518,21 @@ def validate(cfg: dict, d: int | None = None) -> None:
         )
     if cfg["exact"] == "on" and not isinstance(problem.model, LinearGaussian):
         raise ConfigError(f"exact=on needs the closed-form posterior of a linear-Gaussian model; model={cfg['model']} has none: use exact=auto or off")
-    if cfg["batch_size"] > cfg["replay_capacity"]:
+    if cfg["reference"] != "none":
+        if _exact(cfg, d):
+            raise ConfigError(
+                f"reference={cfg['reference']} is a gold standard beyond the exact posterior, which this run (d = {d}) scores against: use reference=none, or exact=off"
+            )
+        if no_closed_form(problem.model):
+            raise ConfigError(f"reference={cfg['reference']}: {no_closed_form(problem.model)}; use reference=none")
+    if cfg["objective"] == "undirected_subtb":
+        _validate_transitions(cfg)
+    elif cfg["batch_size_data"]:
         raise ConfigError(
-            f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity"
+            f"batch_size_data={cfg['batch_size_data']} estimates the reward of eq. 8's transitions on a mini-batch; objective={cfg['objective']} scores whole trajectories with the full-data reward: use batch_size_data=0"
         )
-    if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
-        raise ConfigError(
-            f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}"
-        )
+    elif cfg["replayed"] > cfg["ring_capacity"]:
+        raise ConfigError(f"replayed={cfg['replayed']} exceeds ring_capacity={cfg['ring_capacity']}: lower replayed or raise ring_capacity")
     if cfg["batch_size_data"] > problem.model.n:
         raise ConfigError(
             f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all"
@@ -491,6 +616,9 @@ TABLE_KEYS = FEATURE_KEYS + ("theta_nll", "theta_nll_exact")
 """Rows of a table against the exact posterior (d <= 5)."""
 SAMPLE_KEYS = ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc", "log_pt_vs_log_r_slope_robust", "log_pt_vs_log_r_r")
 """Rows of a table without it (Deleu et al. 2023, section 5.2: d = 20)."""
+BALANCE_KEYS = ("elbo", "log_weight_sd", "ess", "iw_log_Z", "expected_edges", "edge_rmse_reference", "path_rmse_reference")
+"""How close a sampler is to balance (:func:`~gflownet_measure.metrics.log_weight_summary`) and, beyond d = 5, to the gold
+standard; each also of the untrained start (``start_``), the row that shows what training did."""
 BASELINE_KEYS = {
     True: ("edge_rmse", "edge_r", "path_rmse", "path_r", "markov_rmse", "markov_r", "theta_nll"),
     False: ("heldout_nll", "heldout_nll_bma", "expected_shd", "auroc"),
@@ -519,7 +647,7 @@ TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
     "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
     "d20": {k: v for k, v in PRESETS["d20"].items() if k != "d"}
-    | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,b-ges,b-pc,dibs,bcd,vbg"},  # bcd says why not (d > 7)
+    | {"dims": "20", "datasets": 5, "baseline": "mh,gibbs,mc3-collapsed,b-ges,b-pc,dibs,bcd,vbg", "reference": "mc3-collapsed"},  # bcd says why not (d > 7)
 }
 
 
@@ -550,6 +678,8 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             "mean_field_path_rmse",
             "mean_field_markov_rmse",
             "last_heldout_nll",
+            *(f"{prefix}{key}" for key in BALANCE_KEYS for prefix in ("", "start_")),
+            *(f"start_{key}" for key in (("graph_kl", "edge_rmse", "path_rmse", "markov_rmse") if exact else ("heldout_nll", "expected_shd", "auroc"))),
             "seconds",
         )
         optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))

@@ -24,7 +24,20 @@ from .settings import ConfigError
 __all__ = ["RunFolder", "RUN_FILES", "load_run_config"]
 
 # what a run writes in its folder and its sub-runs' folders (the run-folder contract, figures, tables, temporary files)
-RUN_FILES = ("config.json", "metrics.json", "history.jsonl", "samples.npz", *CHECKPOINTS, "wall_clock.json", "table.txt", "*.png", "*.tmp")
+RUN_FILES = (
+    "config.json",
+    "metrics.json",
+    "history.jsonl",
+    "samples.npz",
+    *CHECKPOINTS,
+    "wall_clock.json",
+    "table.txt",
+    "*.png",
+    "*.tmp",
+    "start.json",
+    "baselines.json",
+    "baseline_*.npz",
+)
 
 
 class RunFolder:

@@ -208,7 +208,58 @@ def test_d20_runs_without_the_exact_posterior(tmp_path, model, n_params, head, f
     assert (out / "posterior.png").exists()
 
 
-@pytest.mark.parametrize("setting, message", [("exact=on d=8", "exact=on"), ("baseline=gibbs,foo", "unknown foo"), ("model=categorical-mlp", "categorical data")])
+@pytest.mark.parametrize("objective", ["tb", "vargrad"])
+@pytest.mark.slow
+def test_trajectory_objectives_report_their_balance_beside_the_start(tmp_path, objective):
+    """objective=tb (or vargrad) trains on whole trajectories (forward ones and ones walked back from the ring): the run
+    reports the on-policy log-weight summary of the sampler and of its untrained start (start_*, measured before training
+    and kept in start.json, so a resumed run reads the same), tb its learned log Z, started at the start's IW estimate."""
+    out = tmp_path / "run"
+    args = ["steps=6", "eval_every=3", "batch_size=4", "replayed=2", "hidden=8", "posterior_samples=20", "weight_samples=20", f"objective={objective}"]
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *args]) == 0
+    check_contract(out, "graphs,thetas")
+    m = json.loads((out / "metrics.json").read_text())
+    for prefix in ("", "start_"):
+        assert np.isfinite(m[prefix + "elbo"]) and m[prefix + "log_weight_sd"] >= 0 and 0 < m[prefix + "ess"] <= 1
+        assert m[prefix + "iw_log_Z"] >= m[prefix + "elbo"] - 1e-9  # log-mean-exp >= mean (Jensen)
+        assert 0 <= m[prefix + "edge_rmse"] <= 1
+    assert ("log_Z" in m) == (objective == "tb")
+    start = json.loads((out / "start.json").read_text())
+    assert np.asarray(start["edge_marginals"]).shape == (3, 3) and start["elbo"] == m["start_elbo"]
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert all("log_weight_sd" in h for h in history)
+    assert main(["run", "jsp-gfn", "--out", str(out), "--resume"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["start_elbo"] == m["start_elbo"]
+
+
+@pytest.mark.slow
+def test_a_gold_standard_scores_the_sampler_and_its_start_beyond_enumeration(tmp_path):
+    """d = 8 (no exact posterior) with reference=mc3-collapsed: the sampler's and its untrained start's edge and path
+    marginals against the collapsed MC3 gold standard, with the chains' diagnostics and the expected edge counts."""
+    out = tmp_path / "run"
+    args = ["d=8", "edges_per_node=2", "objective=tb", "steps=4", "eval_every=2", "batch_size=4", "hidden=8", "posterior_samples=20"]
+    args += ["eval_samples=4", "weight_samples=8", "fit_samples=4", "fit_budget=0", "reference=mc3-collapsed", "reference_chains=2", "reference_steps=4000"]
+    assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *args]) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    for key in ("edge_rmse_reference", "path_rmse_reference", "start_edge_rmse_reference", "start_path_rmse_reference"):
+        assert 0 <= m[key] <= 1
+    assert m["reference_rhat"] > 0 and 0 <= m["reference_chain_spread"] <= 1 and 0 < m["reference_expected_edges"] < 28
+    assert 0 <= m["expected_edges"] <= 28 and 0 <= m["start_expected_edges"] <= 28
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("exact=on d=8", "exact=on"),
+        ("baseline=gibbs,foo", "unknown foo"),
+        ("model=categorical-mlp", "categorical data"),
+        ("objective=tb batch_size_data=20", "batch_size_data=20"),
+        ("objective=tb replayed=50 ring_capacity=10", "ring_capacity=10"),
+        ("objective=db", "objective"),
+        ("reference=mc3-collapsed", "beyond the exact posterior"),
+        ("reference=mc3-collapsed d=8 model=mlp", "closed-form"),
+    ],
+)
 def test_bad_jsp_settings_are_one_line(tmp_path, capsys, setting, message):
     assert main(["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", *setting.split()]) == 2
     err = capsys.readouterr().err.strip()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Callable, NamedTuple
 
+from gflownet_measure.baselines.collapsed_mc3 import no_closed_form
 from gflownet_measure.baselines.permutations import MAX_PERMUTATION_D
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 
@@ -66,12 +67,6 @@ def _mcmc(budget: Budget, model) -> dict[str, Any]:
     }
 
 
-def _collapsible(model) -> str:
-    from gflownet_measure.baselines.collapsed_mc3 import no_closed_form  # numpy / torch only, as the registry's other imports
-
-    return no_closed_form(model)
-
-
 def _linear_only(label: str) -> Callable[[Any], str]:
     return lambda model: "" if _linear(model) else f"{label} draws theta from the linear-Gaussian posterior: linear models only"
 
@@ -102,7 +97,7 @@ STRUCTURE_BASELINES = {
         lambda model: "",
         lambda budget, model: _mcmc(budget, model) | {"theta_step": budget.mh_theta_step},
     ),
-    "mc3-collapsed": StructureBaseline("collapsed MC3", "gflownet_measure.baselines.collapsed_mc3", "collapsed_mc3", (), _collapsible, _mcmc),
+    "mc3-collapsed": StructureBaseline("collapsed MC3", "gflownet_measure.baselines.collapsed_mc3", "collapsed_mc3", (), no_closed_form, _mcmc),
     "b-ges": StructureBaseline(
         "B-GES",
         "gflownet_measure.baselines.bootstrap",

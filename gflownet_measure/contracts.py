@@ -12,7 +12,7 @@ object                            contract
 ``graph.source``                  ``[D]``, floating point
 ``kappa(s)``, ``kappa_b(s)``      atoms ``x [B, K, D]``, ``log_mass``, ``mask``, ``sink`` ``[B, K]`` (``mask``, ``sink`` bool);
                                   each piece ``context [B, D]``, ``mask [B]`` bool, and its chart's contract
-a chart :math:`\\varphi_s`        writes coordinates ``0..D-1`` only (``slots``, ``fixed``, ``advance``); at ``u [B, k]`` in its
+a chart :math:`\\varphi_s`         writes coordinates ``0..D-1`` only (``slots``, ``fixed``, ``advance``); at ``u [B, k]`` in its
                                   box, ``_embed`` is ``[B, len(slots)]``, ``inverse`` ``[B, k]``, ``log_abs_det_jacobian`` ``[B]``
 ``nu``, ``terminal``              the contract of a kernel's measures at :math:`s_0` (a batch of one)
 ``encode(s)``                     ``[B, F]``, floating point; ``F`` is the input width ``n_in`` of every network on it

@@ -14,7 +14,7 @@ coordinates. :class:`CPDModel` implements the priors, the reward and the checks 
 Perfect interventions (Pearl 2009; Eaton & Murphy 2007; Deleu et al. 2023, section 5.3): with ``interventions [N, d]``
 bool, a row :math:`n` that sets node :math:`j` from outside drops node :math:`j`'s CPD term,
 
-.. math:: \\log P(D | G, \\theta) = \\sum_n \\sum_{j : \neg I_{nj}} \\log P(x_{nj} | x_{n, \\mathrm{Pa}(j)}, \\theta_j),
+.. math:: \\log P(D | G, \\theta) = \\sum_n \\sum_{j : \\neg I_{nj}} \\log P(x_{nj} | x_{n, \\mathrm{Pa}(j)}, \\theta_j),
 
 the interventional likelihood (the intervened values are conditioned on, not modelled). A model that supports it
 sets ``interventional = True`` and sums its per-entry terms with :meth:`CPDModel._observed_sum`.
@@ -187,7 +187,7 @@ class CPDModel(abc.ABC):
         return torch.where(self.active(adj), theta.to(torch.float64), 0.0)
 
     def _observed_sum(self, terms: Tensor, rows: Tensor | None) -> Tensor:
-        """:math:`\\sum_{n, j : \neg I_{nj}}` of the per-entry log-likelihood terms ``[..., M, d]`` of the rows ``rows``
+        """:math:`\\sum_{n, j : \\neg I_{nj}}` of the per-entry log-likelihood terms ``[..., M, d]`` of the rows ``rows``
         (all rows when ``None``), the intervened entries dropped (``torch.where``: a NaN or an infinity there is not read)."""
         intervened = self._intervened(rows)
         if intervened is not None:

@@ -380,7 +380,7 @@ class ZeroInflatedMLP(MaskedMLP):
 
     .. math:: f(x_j) = \\alpha_j \\ \\text{if}\\ x_j = 0, \\qquad f(x_j) = (1 - \\alpha_j)\\, \\mathcal N(x_j; \\mathrm{MLP}_j(x), \\sigma_j^2) \\ \\text{otherwise}
 
-    (the Normal part puts no mass on the point 0, the atom none on :math:`x \neq 0`). Block ``[W1 (H x d) | b1 (H) |
+    (the Normal part puts no mass on the point 0, the atom none on :math:`x \\neq 0`). Block ``[W1 (H x d) | b1 (H) |
     W2 (H) | b2 (1) | a_j | s_j]``: :math:`(d + 2) H + 3` per node, **61,671 at d = 61, H = 16** (the paper's count);
     ``a_j`` and ``s_j`` are always active, under the same N(0, ``prior_var``) prior as every parameter.
 

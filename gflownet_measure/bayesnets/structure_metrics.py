@@ -140,7 +140,7 @@ def auroc(edge_marginals, true_adj) -> float:
         = \\Pr(s_p > s_n) + \\tfrac12 \\Pr(s_p = s_n),
 
     ranks averaged over ties (``scipy.stats.rankdata``), so a tie counts one half. Returns ``nan`` when
-    :math:`A^*` has no edge or every off-diagonal edge (|P| = 0 or |N| = 0): the curve is undefined
+    :math:`A^*` has no edge or every off-diagonal edge (:math:`|P| = 0` or :math:`|N| = 0`): the curve is undefined
     with a single class.
     """
     s = _square("edge_marginals", edge_marginals, "auroc")

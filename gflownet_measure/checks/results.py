@@ -18,7 +18,7 @@ from torch import Tensor
 __all__ = ["CheckResult", "Report", "CONDITIONS", "POWER", "UNDECIDED", "verdict"]
 
 POWER = 0.25
-"""Largest ratio tolerance / |integral compared| (median over the comparisons of a check) that still decides.
+"""Largest ratio tolerance / :math:`|\\text{integral compared}|` (median over the comparisons of a check) that still decides.
 
 The errors these checks exist for change a compared integral by a factor: a dropped Jacobian (2 pi on a circle, 2 in
 the tutorial's ``y = 2u``, rho^2 pi / 2 on the quarter disc's first move), a missing or duplicated atom or piece (0 or 2),

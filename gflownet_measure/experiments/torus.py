@@ -153,7 +153,7 @@ class Reference:
         return periodic_kde_log_density(x, self.points, self.bandwidth)
 
     def distances(self, x: Tensor, prefix: str = "", log_kde: Tensor | None = None) -> dict:
-        """JSD, L1 (sum over the grid of |p - q|) and KL(exact || KDE) of the KDE of ``x`` (``log_kde`` if already computed) against the exact grid density."""
+        """JSD, L1 (sum over the grid of :math:`|p - q|`) and KL(exact || KDE) of the KDE of ``x`` (``log_kde`` if already computed) against the exact grid density."""
         q = self.log_kde(x) if log_kde is None else log_kde
         l1 = float((torch.softmax(self.log_R, 0) - torch.softmax(q, 0)).abs().sum())
         return {f"{prefix}jsd": grid_jsd(q, self.log_R), f"{prefix}l1": l1, f"{prefix}kl": grid_kl(self.log_R, q)}

@@ -55,7 +55,7 @@ PAIR_EDGE_WEIGHT = math.exp(-1.0)
 BLOCK_THETAS = 3
 """Terminal states :math:`(G, \\theta_i)` per block of :math:`\\nu`'s draws, beside :math:`(G, \\#)`: eq. 4 integrates
 :math:`\\theta` over :math:`\\Theta_G` by ``n`` nodes on one side and by these draws on the other, whose noise then
-dominates the difference (measured at d = 20, ``model=mlp``: median tolerance / |integral| of those pairs 0.39 with one)."""
+dominates the difference (measured at d = 20, ``model=mlp``: median tolerance / :math:`|\\text{integral}|` of those pairs 0.39 with one)."""
 PROPOSAL_SCALE = 1 / math.sqrt(2 * math.pi)
 """Standard deviation :math:`c` of the Gaussian proposal on each parameter: the checks' envelope on it,
 :math:`e^{-\\pi \\theta_i^2}` (the space's ``encode`` scales parameters by :math:`\\sqrt{2\\pi}`), so that the importance weights

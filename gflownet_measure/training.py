@@ -1,5 +1,9 @@
 """One training loop for every objective and space: optimiser groups, schedule, clipping, evaluation,
-checkpoint and resume, and a guard that stops on a non-finite loss or gradient."""
+checkpoint and resume, and a guard that stops on a non-finite loss, gradient or weight.
+
+Checkpoints and ``history.jsonl`` are written through :mod:`gflownet_measure.run_files` (never through a symbolic
+link, never outside the run folder); a checkpoint is written only from finite weights, and a resume skips one whose
+weights are not finite (one written by an earlier version), falling back to the one before it."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm import tqdm
 
 from .distributed import ReplicaFinished, average_gradients, broadcast_parameters, gather_objects, is_main, replica_seed, world
+from .run_files import append_text, write_file, write_text
 
 __all__ = [
     "TrainingDiverged",
@@ -41,7 +46,7 @@ became tensors and plain values). Unpickling such a file can run any code it car
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss or a gradient became NaN or infinite; the last good checkpoint is kept."""
+    """The loss, a gradient or a weight became NaN or infinite; the last good checkpoint is kept."""
 
 
 class CheckpointError(ValueError):
@@ -203,8 +208,23 @@ class Trainer:
         self.history_path = self.out_dir / "history.jsonl"
         self.seed = torch.initial_seed() if self.run_id is None else self.run_id.get("seed", torch.initial_seed())
 
+    def _non_finite(self, state: Mapping[str, Tensor] | None = None) -> list[str]:
+        """The names of the parameters of ``model`` that hold a NaN or an infinity, in the model or in its saved ``state``."""
+        named = [
+            (name, p if state is None else state[name]) for name, p in self.model.named_parameters() if state is None or isinstance(state.get(name), Tensor)
+        ]
+        return [name for (name, _), ok in zip(named, _all_finite([p for _, p in named])) if not ok]
+
+    def _diverged(self, names: list[str], step: int) -> TrainingDiverged:
+        which = f" ({names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''})" if names else ""
+        return TrainingDiverged(f"weights are non-finite after the update of step {step}{which}; stopped, last good checkpoint kept at {self.checkpoint}")
+
     def _save(self, step: int, seconds: float) -> None:
-        """Rank 0 writes ``checkpoint.pt`` with every replica's random state (a collective: every replica calls it)."""
+        """Rank 0 writes ``checkpoint.pt`` with every replica's random state (a collective: every replica calls it); from
+        finite weights only (:class:`TrainingDiverged` otherwise: every replica holds the same weights and stops)."""
+        bad = self._non_finite()
+        if bad:
+            raise TrainingDiverged(f"weights are non-finite at step {step} ({bad[0]}); not checkpointed, last good checkpoint kept at {self.checkpoint}")
         rngs = gather_objects(_random_states())
         if not is_main():
             return
@@ -218,14 +238,11 @@ class Trainer:
             "rng": rngs[0],
             "replica_rng": rngs[1:],  # ranks 1..W-1 (empty for one process)
         }
-        tmp = self.checkpoint.with_suffix(".tmp")
-        torch.save(state, tmp)
-        if self.checkpoint.exists():
-            os.replace(self.checkpoint, self.previous)
-        os.replace(tmp, self.checkpoint)
+        write_file(self.checkpoint, lambda f: torch.save(state, f), previous=self.previous.name)  # the last one becomes the previous
 
     def _load(self) -> dict:
-        """The newest readable checkpoint (the last, else the one before it), checked against ``run_id``."""
+        """The newest usable checkpoint (the last, else the one before it): readable, checked against ``run_id``, with
+        finite weights (a skipped one is a warning naming why)."""
         errors = []
         for path in (self.checkpoint, self.previous):
             if not path.exists():
@@ -235,18 +252,22 @@ class Trainer:
             except CheckpointError:
                 raise
             except Exception as e:  # a truncated or corrupt file: torch raises RuntimeError, EOFError or an unpickling error
-                errors.append(f"{path.name}: {type(e).__name__}")
+                errors.append(f"{path.name} cannot be read ({type(e).__name__})")
                 continue
-            if errors:
-                warnings.warn(f"{self.checkpoint} cannot be read ({errors[0]}); resuming from {path.name} (step {state['step']})", stacklevel=3)
             saved = state.get("run_id")  # None in checkpoints written before run ids existed
             if self.run_id is not None and saved is not None and saved != self.run_id:
                 raise CheckpointError(
                     f"--resume: {path} belongs to another run (it differs in {', '.join(_differences(saved, self.run_id)) or 'its identity'}); start this run afresh in another folder, or with --overwrite"
                 )
+            bad = self._non_finite(state.get("model") if isinstance(state.get("model"), Mapping) else {})
+            if bad:
+                errors.append(f"{path.name} holds non-finite weights ({bad[0]})")
+                continue
+            if errors:
+                warnings.warn(f"{self.out_dir / errors[0]}; resuming from {path.name} (step {state['step']})", stacklevel=3)
             return state
         if errors:
-            raise CheckpointError(f"--resume: no checkpoint in {self.out_dir} can be read ({'; '.join(errors)}); start the run afresh with --overwrite")
+            raise CheckpointError(f"--resume: no usable checkpoint in {self.out_dir} ({'; '.join(errors)}); start the run afresh with --overwrite")
         raise CheckpointError(f"--resume: no checkpoint in {self.out_dir}; start the run afresh with --overwrite")
 
     def _restore(self) -> tuple[int, float]:
@@ -263,30 +284,31 @@ class Trainer:
             seed_everything(replica_seed(self.seed, rank, state["step"]))
         if is_main() and self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
             rows = [r for r in self._history() if r["step"] <= state["step"]]
-            self.history_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            write_text(self.history_path, "".join(json.dumps(r) + "\n" for r in rows))
         return state["step"], state["seconds"]
 
     def _log(self, step: int, seconds: float, loss: float) -> dict:
         row = {"step": step, "trajectories": step * self.items_per_step * world()[1], "seconds": round(seconds, 3), "loss": loss}
         row.update(self.evaluate())
-        with self.history_path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_text(self.history_path, json.dumps(row) + "\n")
         return row
 
     def run(self, resume: bool = False) -> list[dict]:
-        """Train to ``steps``; returns the history rows. Raises :class:`TrainingDiverged` on a non-finite loss."""
+        """Train to ``steps``; returns the history rows. Raises :class:`TrainingDiverged` on a non-finite loss, gradient
+        norm or weight (checked after every update), keeping the last checkpoint, saved at a step before."""
         rank, size = world()
         start, seconds = self._restore() if resume else (0, 0.0)
         if not resume:
             if size > 1:
                 seed_everything(replica_seed(self.seed, rank))
             if rank == 0:
-                self.history_path.write_text("")
+                write_text(self.history_path, "")
             self._save(0, 0.0)
         broadcast_parameters(self.model)
         t0 = time.perf_counter() - seconds
         bar = tqdm(range(start, self.steps), initial=start, total=self.steps, desc="train", mininterval=2.0, dynamic_ncols=True, disable=rank > 0)
         loss_value = float("nan")
+        weights = [p for g in self.optimizer.param_groups for p in g["params"]]  # what an update changes
         for step in bar:
             loss = self.step_fn(step)
             self.optimizer.zero_grad(set_to_none=True)
@@ -299,6 +321,10 @@ class Trainer:
             if not torch.isfinite(norm):
                 raise TrainingDiverged(f"gradient norm is {float(norm)} at step {step}; stopped, last good checkpoint kept at {self.checkpoint}")
             self.optimizer.step()
+            if not _sums_finite(weights):  # e.g. a learning rate so large that the update itself overflows
+                bad = self._non_finite()  # exact: a finite tensor's sum can overflow
+                if bad:
+                    raise self._diverged(bad, step)
             if self.scheduler:
                 self.scheduler.step()
             if self.average is not None:
@@ -317,6 +343,24 @@ class Trainer:
     def _history(self) -> list[dict]:
         """The rows of ``history.jsonl``, without blank lines and a last line that a killed process left unfinished."""
         return [r for r in map(_parse_row, self.history_path.read_text().splitlines()) if r is not None]
+
+
+def _all_finite(tensors: list[Tensor]) -> list[bool]:
+    """Whether each tensor holds finite values only, read back at once (one device synchronisation)."""
+    if not tensors:
+        return []
+    with torch.no_grad():
+        return torch.stack([torch.isfinite(t).all() for t in tensors]).tolist()
+
+
+def _sums_finite(tensors: list[Tensor]) -> bool:
+    """``True`` only if every tensor holds finite values only: a sum is finite only where every term is (a NaN or an
+    infinity makes it non-finite), so a finite sum settles it at a quarter of the cost of :func:`_all_finite` (about
+    20 us on the hypergrid's policy, one CPU thread); ``False`` where a sum is not finite, which overflow alone can cause."""
+    if not tensors:
+        return True
+    with torch.no_grad():
+        return bool(torch.isfinite(torch.stack([t.sum() for t in tensors])).all())
 
 
 def _differences(saved: dict, current: dict) -> list[str]:

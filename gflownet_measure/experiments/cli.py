@@ -6,7 +6,8 @@ a module or factory that does not load, raises or returns something else than a 
 
 User errors (unknown names, presets, keys, values out of range, unreadable inputs, a run folder that holds another
 run, a checkpoint of another run, a space whose objects return tensors of the wrong shape: :mod:`gflownet_measure.contracts`)
-print one line and exit with code 2, before anything in the run folder is touched;
+print one line and exit with code 2, before anything in the run folder is touched; so does a run file that cannot be
+written safely (a symbolic link, a path outside the run folder: :mod:`gflownet_measure.run_files`), and nothing is written to it;
 a diverged training prints one line and exits with code 1, keeping the last good checkpoint; Ctrl-C prints where the
 last checkpoint is and exits with code 130. See the README's "Reliability" section for what a run folder guarantees.
 """
@@ -27,6 +28,7 @@ import torch
 from gflownet_measure.checks import CONDITIONS, METHODS, check_graph
 from gflownet_measure.distributed import ReplicaFinished, broadcast_object, init_from_env, is_main
 from gflownet_measure.environments import ENVIRONMENTS, get_environment
+from gflownet_measure.run_files import RunFileError
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args)
         return cmd_check(args)
-    except (ConfigError, CheckpointError) as e:
+    except (ConfigError, CheckpointError, RunFileError) as e:
         if is_main():  # every replica of a data-parallel run meets the same error: one line, from rank 0
             print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,8 @@
-"""Settings and helpers shared by every training experiment (one mechanism, parametrised)."""
+"""Settings and helpers shared by every training experiment (one mechanism, parametrised).
+
+Every file of a run folder is written through :mod:`gflownet_measure.run_files` (:func:`write_atomic`,
+:func:`write_json`): never through a symbolic link, never outside the run folder, and recorded in the folder's
+``manifest.json``, which is what ``--overwrite`` deletes."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple
+from typing import BinaryIO, Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
@@ -25,6 +29,7 @@ from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_boun
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.run_files import confined, is_confined, make_folder, write_file, write_text
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
@@ -39,6 +44,7 @@ __all__ = [
     "run_id",
     "write_atomic",
     "write_json",
+    "write_text",
     "run_many",
     "make_scheduler",
     "train_gflownet",
@@ -83,16 +89,15 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """``write(tmp)`` to a temporary file beside ``path``, then the file renamed into place: a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
+def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """``write(f)`` on a binary file object, which becomes the file ``path`` at once: a reader never sees half a file.
+    Through no symbolic link and inside the run folder (:func:`gflownet_measure.run_files.write_file`)."""
+    write_file(path, write)
 
 
 def write_json(path: Path, obj) -> None:
     """``obj`` as indented JSON at ``path``, written atomically (:func:`write_atomic`)."""
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2) + "\n"))
+    write_text(path, json.dumps(obj, indent=2) + "\n")
 
 
 class SubRun(NamedTuple):
@@ -116,7 +121,10 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     if worker is not None:  # a fresh process: the parent's torch thread count and default device
         torch.set_num_threads(worker[0])
         use_device(worker[1])
-    job.out.mkdir(parents=True, exist_ok=True)
+    if not is_confined():  # a worker process (the parent made job.out inside its run folder): its writes stay in job.out
+        with confined(job.out):
+            return _one(run_fn, job, resume, diverged_ok)
+    make_folder(job.out)
     done = job.out / "metrics.json"
     saved = job.out / "config.json"
     if resume and saved.exists():
@@ -151,6 +159,8 @@ def run_many(
     training, whose metrics are then ``{"diverged": message}`` (a table reports such a row as the paper reports an
     unstable one). Workers end with this process (:func:`_exit_with_parent`).
     """
+    for job in jobs:  # made here, in the run folder's process: each new folder is recorded in its parent's manifest once
+        make_folder(job.out)
     if executor == "ray":
         from .cluster import run_on_ray
 

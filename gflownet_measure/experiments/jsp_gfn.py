@@ -54,7 +54,7 @@ from gflownet_measure.objectives import GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet, write_atomic, write_text
 from .memory import require_memory
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
@@ -281,7 +281,7 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
             continue
         samples, extra = result
         graphs, thetas, seconds = samples.graphs, samples.thetas, samples.seconds
-        np.savez(out / f"baseline_{name}.npz", graphs=graphs.cpu().numpy().astype(np.uint8))
+        write_atomic(out / f"baseline_{name}.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8)))
         m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
         if exact is not None:
             m |= feature_metrics(graphs, exact.features())
@@ -291,7 +291,7 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
         metrics |= {prefix + k: v for k, v in (m | extra | {"seconds": seconds, "samples": len(graphs)}).items()}
         record[name] = "ran"
     if record:
-        (out / "baselines.json").write_text(json.dumps(record, indent=1) + "\n")
+        write_text(out / "baselines.json", json.dumps(record, indent=1) + "\n")
     return metrics
 
 
@@ -328,7 +328,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, batches, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
-    np.savez(out / "samples.npz", graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy())
+    write_atomic(out / "samples.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy()))
     with torch.no_grad():
         if exact is not None:
             metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
@@ -389,7 +389,7 @@ def _start_metrics(out: Path, resume: bool, measure) -> dict:
         return json.loads(path.read_text())
     with torch.random.fork_rng():
         start = measure()
-    path.write_text(json.dumps(start) + "\n")
+    write_text(path, json.dumps(start) + "\n")
     return start
 
 

@@ -16,6 +16,9 @@ Metrics (held-out points, one fixed dequantisation):
   and held-out points, and for digits the Frechet distance in the hidden features of a digits classifier trained in the
   run on the training split (``fd_digits``; ``fd_digits_train_vs_test``: the same distance between the training and
   held-out images, its floor at these sample sizes) (:mod:`gflownet_measure.experiments.sample_quality`).
+
+``samples.npz``: ``x [K, dim]`` the model's samples in the data's units, ``phi [T]`` the learned offsets :math:`\\phi_t` of P_B's
+log-variances (0 for DDPM's), ``log_beta [T]`` those log-variances :math:`\\log \\beta_t`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from gflownet_measure.objectives import Batch, GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet, write_atomic
 from .environment import make_environment
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, register
@@ -250,7 +253,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
     x = _samples(graph, gfn, cfg["n_samples"])
     phi = gfn.pb.phi.detach().cpu()
-    np.savez(out / "samples.npz", x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy())
+    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy()))
     row = f"learned P_B ({cfg['backward_rule']})" if cfg["learn_backward"] else "fixed P_B (DDPM)"
     plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
     _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")

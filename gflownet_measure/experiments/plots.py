@@ -2,7 +2,9 @@
 
 A figure is never worth a run's results: every drawing function here, and an experiment's own figure built on them,
 is wrapped by :func:`optional_figure`, so that a figure that fails is a :class:`FigureWarning` naming the file and
-the cause while the run goes on to write its samples and metrics.
+the cause while the run goes on to write its samples and metrics. A figure's file is written as every run file is
+(:func:`gflownet_measure.run_files.write_file`: through no symbolic link, inside the run folder); a file that cannot be
+written so stops the run (:class:`~gflownet_measure.run_files.RunFileError`), as any run file would.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from gflownet_measure.run_files import RunFileError, write_file  # noqa: E402
 
 __all__ = [
     "FigureWarning",
@@ -45,6 +49,9 @@ def optional_figure(draw: Callable[..., None]) -> Callable[..., None]:
     def guarded(*args, **kwargs) -> None:
         try:
             draw(*args, **kwargs)
+        except RunFileError:
+            plt.close("all")
+            raise
         except Exception as e:
             path = next((a for a in (*args, *kwargs.values()) if isinstance(a, Path)), draw.__name__)
             plt.close("all")
@@ -53,11 +60,16 @@ def optional_figure(draw: Callable[..., None]) -> Callable[..., None]:
     return guarded
 
 
+def _save(fig, path: Path, **kwargs) -> None:
+    """``fig.savefig`` into the run file ``path`` (its format from the suffix), written atomically through no link."""
+    write_file(Path(path), lambda f: fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png", **kwargs))
+
+
 def _finish(fig, path: Path, title: str) -> None:
     """Title the figure, lay it out, write it to ``path`` (PNG, 120 dpi) and free it."""
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -81,7 +93,7 @@ def plot_history(history: list[dict], key: str | list[str], path: Path, title: s
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -97,7 +109,7 @@ def plot_grid_pair(target: np.ndarray, learned: np.ndarray, path: Path, title: s
         ax.set_ylabel("x_2")
     fig.colorbar(im, ax=axes, shrink=0.85)
     fig.suptitle(title)
-    fig.savefig(path, dpi=120)
+    _save(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -245,7 +257,7 @@ def plot_edge_marginals(marginals: dict[str, np.ndarray], truth: np.ndarray, nam
         ax.set_title(name, fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label="P(i -> j)")
     fig.suptitle(title)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    _save(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

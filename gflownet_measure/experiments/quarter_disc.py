@@ -13,6 +13,9 @@ three levels (0.1, 0.6, 2.6; :func:`gflownet_measure.environments.quarter_disc.r
 (0.246, 0.413, 0.341; :func:`gflownet_measure.environments.quarter_disc.level_masses`), beside the fractions themselves
 (``level_mass_<v>``). Its floor ``level_tv_floor`` is the exact expected value for ``eval_samples`` exact samples
 (:func:`gflownet_measure.metrics.expected_sample_tv`); ``level_tv_exact_samples`` is the value of the rejection samples.
+
+``samples.npz``: ``x [K, 2]`` float64, the terminal points in :math:`[0, 1]^2` of ``eval_samples`` trajectories of the trained
+policy (no exploration).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_backward, sample_forward
 from gflownet_measure.training import seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet, write_atomic
 from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
@@ -173,7 +176,7 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
-    np.savez(out / "samples.npz", x=x.cpu().numpy())
+    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
     label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")

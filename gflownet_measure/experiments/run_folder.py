@@ -1,30 +1,37 @@
 """A run folder is owned by one run: the checks and the lock that the command line takes before it writes there.
 
 - A new run starts only in a new or empty folder, or, with ``overwrite``, in a folder that holds a run: a
-  ``config.json`` with a seed and settings, and nothing but the files a run writes (:data:`RUN_FILES`, in it and in its
-  sub-runs' folders), which are then deleted. A folder that holds anything else is never written to.
-- ``--resume`` continues only the run that the folder holds.
+  ``config.json`` with a seed and settings, and nothing but the files and folders that its ``manifest.json`` lists
+  (:mod:`gflownet_measure.run_files`: every folder a run writes lists what the run wrote in it), which are then
+  deleted. A folder that holds anything else, or a run of an earlier version (no manifest), is never written to.
+- ``--resume`` continues only the run that the folder holds, and refuses a folder where a run file (:data:`RUN_FILES`,
+  a name its manifests list) is a symbolic link.
+- While the run writes, its process is confined to the folder (:func:`gflownet_measure.run_files.confined`): no
+  write goes through a link or outside it. A new run's folder starts with an empty manifest.
 - One process at a time: an exclusive ``flock`` on the folder itself, held while the run writes. The kernel drops it
   when the process ends, however it ends, so a killed run never leaves a stale lock behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import fnmatch
 import json
 import os
-import shutil
 from pathlib import Path
 
+from gflownet_measure.run_files import MANIFEST, RunFileError, confined, inventory, start_manifest
 from gflownet_measure.training import CHECKPOINTS
 
 from .settings import ConfigError
 
 __all__ = ["RunFolder", "RUN_FILES", "load_run_config"]
 
-# what a run writes in its folder and its sub-runs' folders (the run-folder contract, figures, tables, temporary files)
+# what a run writes in its folder and its sub-runs' folders (the run-folder contract, figures, tables, temporary files,
+# the manifest): a symbolic link by one of these names makes --resume refuse the folder
 RUN_FILES = (
+    MANIFEST,
     "config.json",
     "metrics.json",
     "history.jsonl",
@@ -46,6 +53,7 @@ class RunFolder:
     def __init__(self, out: Path, experiment: str, resume: bool, overwrite: bool):
         self.out, self.experiment, self.resume, self.overwrite = Path(out), experiment, resume, overwrite
         self._fd: int | None = None
+        self._confined = contextlib.ExitStack()
 
     def __enter__(self) -> "RunFolder":
         try:
@@ -62,6 +70,12 @@ class RunFolder:
             ) from None
         try:
             self._claim()
+            self._confined.enter_context(confined(self.out))
+            if not self.resume:
+                start_manifest(self.out)
+        except RunFileError as e:
+            self._release()
+            raise ConfigError(str(e)) from None
         except BaseException:
             self._release()
             raise
@@ -69,6 +83,8 @@ class RunFolder:
 
     def _claim(self) -> None:
         entries = list(self.out.iterdir())
+        if self.resume:
+            self._refuse_links()
         if self.resume or not entries:
             return
         try:
@@ -81,22 +97,57 @@ class RunFolder:
             raise ConfigError(
                 f"--out {self.out} holds {state} run {of}(seed {saved['seed']}); continue it with --resume, replace it with --overwrite, or choose another folder"
             )
-        foreign = next((p for p in sorted(self.out.rglob("*")) if not p.is_dir() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in RUN_FILES)), None)
-        if foreign is not None:
-            raise ConfigError(f"--overwrite: {self.out} holds {foreign.relative_to(self.out)}, which no run writes; move it away first (nothing was deleted)")
-        for entry in entries:  # only the run's files are left: delete them
+        try:
+            written = inventory(self.out)
+        except RunFileError as e:
+            raise ConfigError(f"--overwrite: {e} (nothing was deleted)") from None
+        if written is None:
+            raise ConfigError(
+                f"--overwrite: {self.out} holds a run of an earlier version of gflownet-measure, without the {MANIFEST} that lists the files it wrote; delete the folder by hand to replace it (nothing was deleted)"
+            )
+        if written.foreign:
+            path, kind = written.foreign[0]
+            raise ConfigError(
+                f"--overwrite: {self.out} holds {path.relative_to(self.out)}, {kind} that the run did not write (its {MANIFEST} does not list it); move it away first (nothing was deleted)"
+            )
+        last = [self.out / "config.json", self.out / MANIFEST]  # a folder stays a run, or at least a manifest's, until the end
+        for path in [p for p in written.files if p not in last] + written.folders + [p for p in last if p in written.files]:
             try:
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+                path.rmdir() if path in written.folders else path.unlink()
             except OSError as e:
-                raise ConfigError(f"--overwrite: cannot delete {entry} ({e.strerror}); remove it by hand") from None
+                raise ConfigError(f"--overwrite: cannot delete {path} ({e.strerror}); remove it by hand") from None
+
+    def _refuse_links(self) -> None:
+        """``--resume``: a run file that is a symbolic link (a run never writes one) stops the run before anything is written."""
+        for folder, dirs, files in os.walk(self.out):
+            listed = _listed(Path(folder))
+            for name in sorted(dirs + files):
+                path = Path(folder) / name
+                if path.is_symlink() and (name in listed or any(fnmatch.fnmatch(name, pattern) for pattern in RUN_FILES)):
+                    raise ConfigError(
+                        f"--resume: {self.out} holds {path.relative_to(self.out)}, a symbolic link where a run writes a file; a run never writes through one: remove it (nothing was written)"
+                    )
 
     def _release(self) -> None:
+        self._confined.close()
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the lock
             self._fd = None
 
     def __exit__(self, *exc) -> None:
         self._release()
+
+
+def _listed(folder: Path) -> set[str]:
+    """The names that ``folder``'s manifest lists (none where it has no readable one)."""
+    path = folder / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return set()
+    try:
+        manifest = json.loads(path.read_text())
+        return {name for key in ("files", "folders") for name in manifest[key] if isinstance(name, str)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
 
 
 def load_run_config(path: Path) -> dict:

@@ -19,6 +19,9 @@ log Z minus the estimate (Sendera et al. 2024's Δlog Z and Δlog Z^RW); for a t
 the estimates alone, Sendera et al.'s log Ẑ and log Ẑ^RW. Of the samples (:func:`sample_metrics`): the KS distance of
 the first coordinate to its exact marginal, the samples per mode (mixtures), the mass per well (many-well); for
 ``lgcp`` the posterior mean of the intensity per cell, drawn beside the trees' counts.
+
+``samples.npz``: ``x [K, n]`` float, the terminal points in :math:`\\mathbb{R}^n` of the final evaluation's trajectories of the trained
+sampler (``eval_samples`` of them; 0: the paper's K of the target), from which the bounds and sample metrics are computed.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.training import seeded_generator
 
-from .common import configure, learned_log_Z, run_id, train_gflownet
+from .common import configure, learned_log_Z, run_id, train_gflownet, write_atomic
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
 from .memory import require_memory
@@ -205,7 +208,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, cfg))
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").cpu().numpy()
-    np.savez(out / "samples.npz", x=x)
+    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x))
     target = TARGETS[cfg["target"]]
     label = (
         f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
+
+from gflownet_measure.run_files import RunFileError
 
 from .common import write_atomic
 
@@ -17,9 +20,9 @@ def write_table(out: Path, table: str | None, history: list[dict], first: Path |
     was not drawn is skipped: a warning said so); ``first=None``: no sub-run has samples. Every file is written
     atomically (:func:`~gflownet_measure.experiments.common.write_atomic`)."""
     if table is not None:
-        write_atomic(out / "table.txt", lambda tmp: tmp.write_text(table))
+        write_atomic(out / "table.txt", lambda f: f.write(table.encode()))
         print(table)
-    write_atomic(out / "history.jsonl", lambda tmp: tmp.write_text("".join(json.dumps(row) + "\n" for row in history)))
+    write_atomic(out / "history.jsonl", lambda f: f.write("".join(json.dumps(row) + "\n" for row in history).encode()))
     if first is None:
         return
     _copy(first / "samples.npz", out / "samples.npz")
@@ -29,4 +32,12 @@ def write_table(out: Path, table: str | None, history: list[dict], first: Path |
 
 
 def _copy(src: Path, dst: Path) -> None:
-    write_atomic(dst, lambda tmp: shutil.copyfile(src, tmp))
+    """``src`` (a sub-run's file, read through no symbolic link) copied to ``dst``."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        if src.is_symlink():
+            raise RunFileError(f"{src} is a symbolic link: a run copies no file through one; remove it and run again (nothing was written)") from None
+        raise
+    with open(fd, "rb") as f:
+        write_atomic(dst, lambda g: shutil.copyfileobj(f, g))

@@ -19,6 +19,9 @@ by enumeration of its discrete choices and quadrature of its angles (:func:`~gfl
 With ``ema`` > 0 the sampler is an exponential moving average of P_F's weights (Polyak averaging); the last iterate is
 scored beside it at each evaluation (``last_*``), from the draws a run without ``ema`` would make, so that training and
 ``last_*`` are those of the same run without the average.
+
+``samples.npz``: ``x [K, n]`` float64, the angles in :math:`[0, 2\\pi)^n` of ``eval_samples`` terminal states of the sampler (the
+weight average with ``ema`` > 0), without the step counter.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet, write_atomic
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig
 from .memory import require_memory
@@ -257,7 +260,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     )
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"], sampler)
     x = traj.terminal[:, :n].double()
-    np.savez(out / "samples.npz", x=x.cpu().numpy())
+    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
     exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
     floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
     masses, log_kde = ref.masses(x), ref.log_kde(x)

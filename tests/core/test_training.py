@@ -1,4 +1,5 @@
-"""The training loop: resume reproduces an uninterrupted run exactly; a NaN stops training and keeps the last good checkpoint."""
+"""The training loop: resume reproduces an uninterrupted run exactly; a NaN (loss, gradient or weight) stops training and
+keeps the last good checkpoint; a checkpoint with non-finite weights is never written, and never resumed from."""
 import json
 from dataclasses import replace
 
@@ -16,13 +17,13 @@ class Interrupt(Exception):
     pass
 
 
-def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None):
+def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None, lr=1e-2):
     seed_everything(0)
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
     pf, pb = hypergrid.make_policies(g, replace(cfg, hidden=16))
     gfn = GFlowNet(pf, pb)
-    opt = make_optimizer(gfn, 1e-2, 1e-1)
+    opt = make_optimizer(gfn, lr, 1e-1)
 
     def step_fn(step):
         if step == fail_at:
@@ -89,7 +90,55 @@ def test_a_truncated_last_checkpoint_falls_back_to_the_one_before(tmp_path):
     assert [r["step"] for r in hist] == [10, 20, 30]  # step 20's row was dropped with its checkpoint, then logged again
     (tmp_path / "b" / "checkpoint.prev.pt").write_bytes(b"")
     last.write_bytes(b"\x80garbage")
-    with pytest.raises(CheckpointError, match="can be read"):
+    with pytest.raises(CheckpointError, match="no usable checkpoint in .*checkpoint.pt cannot be read"):
+        _trainer(tmp_path / "b")[1].run(resume=True)
+
+
+def test_an_update_to_non_finite_weights_stops_before_any_checkpoint_holds_them(tmp_path):
+    """lr = 1e300: the first update overflows every weight it moves (the loss and the gradient were finite); training
+    stops right after it, and the checkpoint kept is the one of step 0, with finite weights."""
+    _, t = _trainer(tmp_path, lr=1e300)
+    with pytest.raises(TrainingDiverged, match="weights are non-finite after the update of step 0 \\(pf\\..* more\\); stopped, last good checkpoint kept at") as e:
+        t.run()
+    assert "\n" not in str(e.value)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 0 and all(torch.isfinite(v).all() for v in state["model"].values())
+    assert not (tmp_path / "checkpoint.prev.pt").exists()
+    _, t = _trainer(tmp_path, lr=1e300)  # a resume meets the same update: it stops the same way, the checkpoint intact
+    with pytest.raises(TrainingDiverged, match="after the update of step 0"):
+        t.run(resume=True)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 0
+
+
+def test_non_finite_weights_are_never_checkpointed(tmp_path):
+    gfn, t = _trainer(tmp_path)
+    t._save(0, 0.0)
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    with torch.no_grad():
+        gfn.log_Z.fill_(float("inf"))
+    with pytest.raises(TrainingDiverged, match="weights are non-finite at step 5 \\(log_Z\\); not checkpointed, last good checkpoint kept"):
+        t._save(5, 1.0)
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before and not (tmp_path / "checkpoint.prev.pt").exists()
+
+
+def _poison(path):
+    """A checkpoint of an earlier version that saved a diverged model: one weight NaN."""
+    state = torch.load(path, weights_only=True)
+    state["model"][next(iter(state["model"]))].view(-1)[0] = float("nan")
+    torch.save(state, path)
+
+
+def test_a_last_checkpoint_with_non_finite_weights_falls_back_to_the_one_before(tmp_path):
+    _interrupted(tmp_path / "b")  # checkpoints at steps 10 and 20
+    _poison(tmp_path / "b" / "checkpoint.pt")
+    with pytest.warns(UserWarning, match="checkpoint.pt holds non-finite weights \\(.*\\); resuming from checkpoint.prev.pt \\(step 10\\)"):
+        gfn, t = _trainer(tmp_path / "b")
+        hist = t.run(resume=True)
+    assert [r["step"] for r in hist] == [10, 20, 30]
+    assert all(torch.isfinite(p).all() for p in gfn.parameters())
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        _poison(tmp_path / "b" / name)
+    with pytest.raises(CheckpointError, match="no usable checkpoint in .*checkpoint.pt holds non-finite weights.*checkpoint.prev.pt holds non-finite weights"):
         _trainer(tmp_path / "b")[1].run(resume=True)
 
 

@@ -1,5 +1,7 @@
 """A run folder never loses a run to a failing command: validation before the folder is touched, ownership, the lock,
-checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability)."""
+checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability).
+A run cannot be turned against its user: no write through a symbolic link, --overwrite deletes only what the run's
+manifest lists, and a diverged model is never checkpointed (issue 64, items 1-3)."""
 import json
 import signal
 import subprocess
@@ -9,11 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from gflownet_measure.bayesnets.datasets.csv_files import load_csv
 from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
-from gflownet_measure.experiments import plots
+from gflownet_measure.experiments import get_experiment, plots
 from gflownet_measure.experiments.cli import main
+from gflownet_measure.experiments.run_folder import RunFolder
+from gflownet_measure.experiments.settings import resolve
 
 TINY = ["--threads", "1", "--set", "steps=20", "eval_every=10", "eval_samples=50"]
 JSP_TINY = ["steps=4", "eval_every=2", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=20"]
@@ -225,5 +230,140 @@ def test_check_refuses_samples_that_cannot_fit(capsys):
 def test_overwrite_deletes_nothing_when_the_folder_holds_a_file_no_run_writes(finished, capsys):
     (finished / "notes.txt").write_text("my notes on this run")
     before = _snapshot(finished)
-    _fails(["run", "hypergrid", "--out", str(finished), "--overwrite"], capsys, "holds notes.txt, which no run writes; move it away first (nothing was deleted)")
+    _fails(
+        ["run", "hypergrid", "--out", str(finished), "--overwrite"],
+        capsys,
+        "holds notes.txt, a file that the run did not write (its manifest.json does not list it); move it away first (nothing was deleted)",
+    )
     assert _snapshot(finished) == before
+
+
+@pytest.fixture
+def unfinished(finished) -> Path:
+    """A run stopped after its checkpoint of step 10 (of 20): ``--resume`` trains, checkpoints and writes every run file."""
+    (finished / "checkpoint.pt").write_bytes((finished / "checkpoint.prev.pt").read_bytes())
+    (finished / "metrics.json").unlink()
+    return finished
+
+
+def _outside(tmp_path) -> Path:
+    target = tmp_path / "notes.txt"
+    target.write_text("my notes, outside the run folder")
+    return target
+
+
+LINKED = ("history.jsonl", "checkpoint.tmp", "samples.npz", "metrics.json.tmp")
+
+
+@pytest.mark.parametrize("name", LINKED)
+def test_resume_refuses_a_folder_with_a_symlink_among_its_run_files(unfinished, tmp_path, name, capsys):
+    """The probe's case: `cp -a RUN X; ln -s ~/notes.txt X/checkpoint.tmp; run hypergrid --out X --resume` replaced the
+    notes. Refused before anything is written, naming the link."""
+    target = _outside(tmp_path)
+    (unfinished / name).unlink(missing_ok=True)
+    (unfinished / name).symlink_to(target)
+    before = _snapshot(unfinished)
+    capsys.readouterr()
+    _fails(["run", "hypergrid", "--out", str(unfinished), "--resume", "--threads", "1"], capsys, f"holds {name}, a symbolic link where a run writes a file")
+    assert target.read_text() == "my notes, outside the run folder" and _snapshot(unfinished) == before and (unfinished / name).is_symlink()
+
+
+@pytest.mark.parametrize("name, code", [("history.jsonl", 2), ("checkpoint.tmp", 0), ("samples.npz", 2), ("metrics.json.tmp", 0)])
+def test_no_write_goes_through_a_symlink_even_unchecked(unfinished, tmp_path, name, code, monkeypatch, capsys):
+    """Without the check on --resume (a link placed after it): the write that meets the link stops the run with one line
+    (history.jsonl, samples.npz), or the link is a name no write uses (temporary files have fresh names); the target is
+    never written."""
+    monkeypatch.setattr(RunFolder, "_refuse_links", lambda self: None)
+    target = _outside(tmp_path)
+    (unfinished / name).unlink(missing_ok=True)
+    (unfinished / name).symlink_to(target)
+    capsys.readouterr()
+    assert main(["run", "hypergrid", "--out", str(unfinished), "--resume", "--threads", "1"]) == code
+    err = capsys.readouterr().err.strip().splitlines()
+    if code == 2:
+        assert err[-1].startswith("gflownet-measure: error: ") and f"{name} is a symbolic link: a run never writes through one" in err[-1]
+    assert target.read_text() == "my notes, outside the run folder" and (unfinished / name).is_symlink()
+    assert not [p for p in unfinished.iterdir() if p.name.endswith(".tmp") and not p.is_symlink()]  # no temporary file left
+
+
+def test_resume_never_writes_through_a_linked_folder(tmp_path, capsys):
+    """A table's sub-run folder that is a link to elsewhere, in a folder of an earlier version (no manifest names it):
+    the first write there is refused, before any training, and nothing is written elsewhere."""
+    out, elsewhere = tmp_path / "t", tmp_path / "elsewhere"
+    exp = get_experiment("quarter-disc-figure1")
+    cfg = resolve(exp.settings, exp.presets["quick"], {"steps": "2", "seeds": "1"})
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"experiment": exp.name, "preset": "quick", "seed": 0, "device": "cpu", "settings": cfg}))
+    elsewhere.mkdir()
+    (out / "tb-uniform-rho0.25").symlink_to(elsewhere, target_is_directory=True)
+    _fails(["run", exp.name, "--out", str(out), "--resume", "--threads", "1"], capsys, "tb-uniform-rho0.25 is a symbolic link: a run never writes through one")
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("mine", ["thesis_plot.png", "my/draft.tmp"])
+def test_overwrite_deletes_nothing_when_the_folder_holds_a_users_file_named_like_a_run_file(finished, mine, capsys):
+    """The probe's case: a user's thesis_plot.png or my/draft.tmp matched what a run writes (*.png, *.tmp) and was deleted."""
+    (finished / mine).parent.mkdir(exist_ok=True)
+    (finished / mine).write_text("x")
+    before = _snapshot(finished)
+    _fails(
+        ["run", "hypergrid", "--out", str(finished), "--overwrite", *TINY],
+        capsys,
+        f"holds {mine.split('/')[0]}, a {'file' if '/' not in mine else 'folder'} that the run did not write (its manifest.json does not list it); move it away first (nothing was deleted)",
+    )
+    assert _snapshot(finished) == before
+
+
+def test_overwrite_refuses_a_link_and_a_folder_without_manifest(finished, tmp_path, capsys):
+    target = _outside(tmp_path)
+    (finished / "samples.npz").unlink()
+    (finished / "samples.npz").symlink_to(target)
+    before = _snapshot(finished)
+    _fails(["run", "hypergrid", "--out", str(finished), "--overwrite", *TINY], capsys, "holds samples.npz, a symbolic link that the run did not write")
+    assert _snapshot(finished) == before and target.read_text() == "my notes, outside the run folder"
+    (finished / "samples.npz").unlink()
+    (finished / "manifest.json").unlink()  # as a run of an earlier version left it
+    before = _snapshot(finished)
+    _fails(
+        ["run", "hypergrid", "--out", str(finished), "--overwrite", *TINY],
+        capsys,
+        "holds a run of an earlier version of gflownet-measure, without the manifest.json that lists the files it wrote; delete the folder by hand",
+    )
+    assert _snapshot(finished) == before
+
+
+def test_overwrite_deletes_exactly_what_the_run_wrote(finished):
+    (finished / "checkpoint.pt.4242-0123abcd.tmp").write_bytes(b"left by a kill during a write")
+    assert main(["run", "hypergrid", "--out", str(finished), "--overwrite", "--threads", "1", "--set", "steps=10", "eval_every=5", "eval_samples=50"]) == 0
+    manifest = json.loads((finished / "manifest.json").read_text())
+    assert sorted(p.name for p in finished.iterdir()) == sorted(manifest["files"] + ["manifest.json"])
+    assert json.loads((finished / "config.json").read_text())["settings"]["steps"] == 10
+
+
+def test_a_diverged_model_is_never_checkpointed_and_resume_stops_cleanly(tmp_path, capsys):
+    """The probe's case: lr=1e300 saved non-finite weights at step 1 and ended in a traceback, at every resume."""
+    out = tmp_path / "r"
+    argv = ["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=50", "eval_every=1", "eval_samples=50", "lr=1e300"]
+    for command in (argv, ["run", "hypergrid", "--out", str(out), "--resume", "--threads", "1"]):
+        assert main(command) == 1  # the NaN guard's code
+        err = capsys.readouterr().err.strip()
+        assert "Traceback" not in err
+        assert err.splitlines()[-1].startswith("gflownet-measure: training stopped: weights are non-finite after the update of step 0 (")
+        assert err.splitlines()[-1].endswith(f"; stopped, last good checkpoint kept at {out / 'checkpoint.pt'}")
+        for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+            if (out / name).exists():
+                state = torch.load(out / name, weights_only=True)
+                assert all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
+    assert not (out / "metrics.json").exists()
+
+
+def test_a_checkpoint_with_non_finite_weights_is_skipped_on_resume(finished):
+    """A checkpoint.pt of an earlier version that saved a diverged model: the run resumes from checkpoint.prev.pt."""
+    (finished / "metrics.json").unlink()
+    state = torch.load(finished / "checkpoint.pt", weights_only=True)
+    for v in state["model"].values():
+        v.fill_(float("nan"))
+    torch.save(state, finished / "checkpoint.pt")
+    with pytest.warns(UserWarning, match="checkpoint.pt holds non-finite weights \\(.*\\); resuming from checkpoint.prev.pt \\(step 10\\)"):
+        assert main(["run", "hypergrid", "--out", str(finished), "--resume", "--threads", "1"]) == 0
+    assert [json.loads(r)["step"] for r in (finished / "history.jsonl").read_text().splitlines()] == [10, 20]

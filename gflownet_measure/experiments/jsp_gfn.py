@@ -303,17 +303,23 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     model, d = problem.model, graph.kappa.d
     exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
 
-    def scores(policy, prefix: str = "", n: int = cfg["eval_samples"]) -> dict:
+    def scores(policy, prefix: str = "", n: int = cfg["eval_samples"], drawn: tuple | None = None) -> dict:
+        """Against the exact posterior, or the sample metrics of ``n`` draws (``drawn``: ones already made)."""
         if exact is not None:
             m = graph_metrics(policy, exact)[0]
             return {prefix + k: m[k] for k in ("graph_kl", "edge_rmse", "path_rmse", "markov_rmse", "edge_r", "path_r", "markov_r")}
-        with torch.no_grad():
-            graphs, thetas = posterior_samples(graph, policy, n)
-        return {prefix + k: v for k, v in sample_metrics(problem, graphs, thetas).items()}
+        if drawn is None:
+            with torch.no_grad():
+                drawn = posterior_samples(graph, policy, n)
+        return {prefix + k: v for k, v in sample_metrics(problem, *drawn).items()}
 
-    start = _start_metrics(
-        out, resume, lambda: scores(pf, n=cfg["posterior_samples"]) | balance_metrics(graph, pf, pb, cfg["weight_samples"]) | _marginals(graph, pf, cfg)
-    )
+    def measure_start() -> dict:
+        """The untrained policy: its scores and marginals from one set of ``posterior_samples`` draws, its log-weights."""
+        with torch.no_grad():
+            drawn = posterior_samples(graph, pf, cfg["posterior_samples"])
+        return scores(pf, drawn=drawn) | balance_metrics(graph, pf, pb, cfg["weight_samples"]) | _marginals(drawn[0])
+
+    start = _start_metrics(out, resume, measure_start)
     gfn, objective, batches = _training_parts(cfg, graph, pf, pb, model, start, resume)
     ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
     sampler = pf if ema is None else ema.module
@@ -393,11 +399,9 @@ def _start_metrics(out: Path, resume: bool, measure) -> dict:
     return start
 
 
-def _marginals(graph, policy, cfg: dict) -> dict:
-    """``{"edge_marginals": [d][d], "path_marginals": [d][d], "expected_edges": float}`` of ``posterior_samples`` rollouts of
-    ``policy`` (what a gold standard is compared with)."""
-    with torch.no_grad():
-        graphs, _ = posterior_samples(graph, policy, cfg["posterior_samples"])
+def _marginals(graphs: torch.Tensor) -> dict:
+    """``{"edge_marginals": [d][d], "path_marginals": [d][d], "expected_edges": float}`` of sampled ``graphs [K, d, d]``
+    (what a gold standard is compared with)."""
     features = sample_features(graphs.cpu())
     return {"edge_marginals": features["edge"].tolist(), "path_marginals": features["path"].tolist(), "expected_edges": float(features["edge"].sum())}
 

@@ -55,11 +55,12 @@ def setting_rows(settings: dict[str, Setting]) -> list[str]:
     return rows
 
 
-def _presets(presets: dict[str, dict]) -> list[str]:
-    rows = ["| preset | settings it changes |", "|---|---|"]
+def _sections(presets: dict[str, dict], settings: dict[str, Setting]) -> list[str]:
+    """A page's '## Presets' table (each preset and the settings it changes) and '## Settings' table (:func:`setting_rows`)."""
+    rows = ["## Presets", "", "| preset | settings it changes |", "|---|---|"]
     for preset, changes in presets.items():
         rows.append(f"| `{preset}` | {_cell(', '.join(f'`{k}={v}`' for k, v in changes.items()) or '(the defaults)')} |")
-    return rows
+    return [*rows, "", "## Settings", "", *setting_rows(settings), ""]
 
 
 def experiment_page(name: str) -> str:
@@ -75,14 +76,7 @@ def experiment_page(name: str) -> str:
         f"Run: `gflownet-measure run {name} --preset PRESET --set KEY=VALUE ...` (the default preset is `quick`). The run",
         f"and what its folder holds: {{py:mod}}`{module}`.",
         "",
-        "## Presets",
-        "",
-        *_presets(exp.presets),
-        "",
-        "## Settings",
-        "",
-        *setting_rows(exp.settings),
-        "",
+        *_sections(exp.presets, exp.settings),
     ]
     return "\n".join(lines)
 
@@ -97,14 +91,7 @@ def user_space_page() -> str:
         f"(docs/tutorial.md, section 8; {{py:mod}}`{user_run.__name__}`). These training settings and presets come with",
         "every such space; the factory's own keyword arguments are settings beside them.",
         "",
-        "## Presets",
-        "",
-        *_presets(user_run.PRESETS),
-        "",
-        "## Settings",
-        "",
-        *setting_rows(user_run.SETTINGS),
-        "",
+        *_sections(user_run.PRESETS, user_run.SETTINGS),
     ]
     return "\n".join(lines)
 

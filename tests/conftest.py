@@ -11,9 +11,11 @@ Test modules import from here (``from conftest import ...``): ``tests/`` is on `
 pytest's default ``prepend`` import mode inserts a rootdir conftest's folder when it has no
 ``__init__.py``.
 """
+
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import math
 import subprocess
@@ -234,3 +236,12 @@ def d3_problem():
     sim = simulate_er(d=3, edges_per_node=1, n_train=100, n_valid=0, seed=6)
     model = LinearGaussian(sim.train)
     return model, ExactPosterior(model)
+
+
+def docs_script(name: str):
+    """The module of the script ``docs/<name>.py`` (docs/ is not a package): the results renderer, the settings pages."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "docs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses of the module look it up while it executes
+    spec.loader.exec_module(module)
+    return module

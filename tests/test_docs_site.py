@@ -4,27 +4,19 @@ of every environment and of a user's own space is listed from the code. The site
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import docs_script
 from gflownet_measure.environments import ENVIRONMENTS
 from gflownet_measure.experiments import EXPERIMENTS, user_run
 from gflownet_measure.options import Setting
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def pages():
-    spec = importlib.util.spec_from_file_location("settings_pages", ROOT / "docs" / "settings_pages.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["settings_pages"] = module
-    spec.loader.exec_module(module)
-    return module
+    return docs_script("settings_pages")
 
 
 def _table_keys(text: str) -> list[str]:

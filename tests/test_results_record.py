@@ -6,25 +6,17 @@ After editing a record (or the renderer), run ``python docs/render_results.py`` 
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import docs_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _renderer():
-    spec = importlib.util.spec_from_file_location("render_results", ROOT / "docs" / "render_results.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["render_results"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rr = _renderer()
+rr = docs_script("render_results")
 RECORDS = rr.load_records()
 RENDERED = rr.render_all(RECORDS)
 

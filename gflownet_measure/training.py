@@ -28,6 +28,7 @@ from .run_files import append_text, write_file, write_text
 __all__ = [
     "TrainingDiverged",
     "CheckpointError",
+    "HistoryError",
     "CHECKPOINTS",
     "TRUST_CHECKPOINTS",
     "has_checkpoint",
@@ -51,6 +52,10 @@ class TrainingDiverged(RuntimeError):
 
 class CheckpointError(ValueError):
     """No checkpoint can be resumed: none is readable, or the one there belongs to another run (one line, naming the file)."""
+
+
+class HistoryError(CheckpointError):
+    """``history.jsonl`` cannot be continued: not UTF-8 text, or a row whose ``step`` is not a step (one line, naming the file, line and key)."""
 
 
 def has_checkpoint(out_dir: Path) -> bool:
@@ -341,8 +346,27 @@ class Trainer:
         return self._history()
 
     def _history(self) -> list[dict]:
-        """The rows of ``history.jsonl``, without blank lines and a last line that a killed process left unfinished."""
-        return [r for r in map(_parse_row, self.history_path.read_text().splitlines()) if r is not None]
+        """The rows of ``history.jsonl``, without blank lines and a last line that a killed process left unfinished; a
+        :class:`HistoryError` where the file is not UTF-8 or a row's ``step`` is not a whole number >= 0."""
+        path = self.history_path
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HistoryError(
+                f"{path} is not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}), so not a run's history; restore it, or start the run afresh with --overwrite"
+            ) from None
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            row = _parse_row(line)
+            if row is None:
+                continue
+            step = row["step"]
+            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+                raise HistoryError(
+                    f"{path} line {number}: step is {json.dumps(step)}; valid: a whole number >= 0 (the update the row was logged after); restore the file, or start the run afresh with --overwrite"
+                )
+            rows.append(row)
+        return rows
 
 
 def _all_finite(tensors: list[Tensor]) -> list[bool]:

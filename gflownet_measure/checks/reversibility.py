@@ -15,7 +15,8 @@ agree, and hence their diffuse parts. A pair :math:`(s, s')` of :math:`\\nu \\ot
 an atom of :math:`\\nu` and :math:`s'` an atom of :math:`\\kappa(s, \\cdot)` (a piece of no active coordinate is an atom);
 likewise for :math:`\\nu \\otimes \\kappa_b`. Apart, a class is judged against its own size: on the DAG x Theta space at
 d = 20 the pairs into the sink weigh :math:`10^{13}` to :math:`10^{15}` times those between states, which a comparison of
-the totals could never see. Each side is also split by pair type and kernel component, so that a failure says where the two measures differ.
+the totals could never see. Each side is also split by pair type (:data:`PAIR_TYPES`) and kernel component, and a failure
+by the moves that make and reverse its pairs (:class:`Moves`), so that it says where the two measures differ.
 
 Where :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure`, its outer integrals
 are the importance-sampling sums :math:`\\sum_m w_m \\int f(x_m, s')\\, \\kappa(x_m, ds')` over its draws, and their
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -50,6 +51,7 @@ __all__ = [
     "test_functions",
     "evaluate",
     "Side",
+    "Moves",
     "diffuse_nodes",
     "pair_integrals",
     "check_reversibility",
@@ -107,14 +109,29 @@ def evaluate(graph: PointedGraph, fs: TestFunctions, s: Tensor, x: Tensor, sink:
     return v.permute(2, 0, 1), torch.where(sink, log_gs, log_gs + log_gx)
 
 
+class Moves(NamedTuple):
+    """One side's estimate on one class and pair type, split by the moves that make and reverse each pair: ``sums``
+    maps ``(kappa's components, kappa_b's components)`` to ``[K]``, the terms of the pairs :math:`(s, s')` that exactly
+    those components of :math:`\\kappa(s, \\cdot)` hold :math:`s'` and of :math:`\\kappa_b(s', \\cdot)` hold :math:`s`
+    (:func:`_holders`), with the names of either kernel's components. The sets partition the pairs and are properties
+    of the pair, so eq. 4 holds on each: the set where the two sides differ most names the moves at fault (all of
+    them where moves overlap, which eq. 4 cannot tell apart), where a side's largest term may be a move both sides agree on."""
+
+    sums: dict[tuple[tuple[int, ...], tuple[int, ...]], Tensor]
+    kappa: tuple[str, ...]
+    kappa_b: tuple[str, ...]
+
+
 class Side(NamedTuple):
     """One side of eq. 4 for ``K`` test functions on each of the ``T`` classes of :data:`PAIR_CLASSES`: estimates, Monte
-    Carlo variances and :math:`\\int |f|` ``[K, T]`` each, and the estimate split by pair type and kernel component,
-    ``groups [K, 3, C]`` (``names``: the ``C`` components). ``outer`` is the outer rule (:math:`\\nu`'s nodes, each
+    Carlo variances and :math:`\\int |f|` ``[K, T]`` each, and the estimate split by class, pair type
+    (:data:`PAIR_TYPES`) and kernel component, ``groups [K, T, 3, C]`` (``names``: the ``C`` components; a class's
+    ``groups`` sum to its estimate). ``outer`` is the outer rule (:math:`\\nu`'s nodes, each
     weight times the envelope :math:`g` of its state), ``inner`` and ``inner_var`` ``[K, T, M]`` the inner integrals at
     its nodes and their variances (0 at nodes outside the kernel's domain), so that
     ``integrate(outer, inner, inner_var)`` is ``(est, var)``; both sides share ``outer``, and :func:`_integrals` takes
-    the variance of their difference node by node."""
+    the variance of their difference node by node. ``moves``: the estimate on one class and pair type split by move
+    (:class:`Moves`), where :func:`pair_integrals` was asked for it (``split``), else ``None``."""
 
     est: Tensor
     var: Tensor
@@ -124,6 +141,38 @@ class Side(NamedTuple):
     outer: WeightedPoints
     inner: Tensor
     inner_var: Tensor
+    moves: Moves | None = None
+
+
+def _holders(kernel, a: Tensor, b: Tensor) -> tuple[Tensor, tuple[str, ...]]:
+    """``[R, C]`` bool: the components of :math:`\\kappa(a_r, \\cdot)` (``kernel``) that hold ``b_r`` (rows ``a, b [R, D]``,
+    states, not the sink): the atom at ``b_r`` alone where there is one (a piece gives a point no mass), else every
+    piece that holds it; and the names of the ``C`` components. Through the kernel's fast path where it has one
+    (:meth:`~gflownet_measure.kernels.Kernel.outline`, which agrees with the kernel), in chunks of at most
+    :data:`ORDER_CHUNK` states (fewer where their atoms exceed :data:`~gflownet_measure.checks.integration.STATE_BUDGET` numbers)."""
+    probe = kernel.outline(a[:1])
+    names = tuple(component_name(probe, c) for c in range(probe.n_components))
+    chunk = max(1, min(ORDER_CHUNK, STATE_BUDGET // max(1, probe.atoms.count * a.shape[1])))
+    out = []
+    for i in range(0, len(a), chunk):
+        m, x = kernel.outline(a[i : i + chunk]), b[i : i + chunk]
+        atom = m.atoms.locate(x, torch.zeros(len(x), dtype=torch.bool)) if m.atoms.count else torch.full((len(x),), -1, dtype=torch.long)
+        at = (atom >= 0).nonzero()[:, 0]
+        hit = torch.zeros(len(x), len(names), dtype=torch.bool)
+        hit[at, atom[at]] = True
+        out.append(_pieces_holding(m, torch.arange(len(x)), x, atom < 0, hit))
+    return torch.cat(out), names
+
+
+def _pieces_holding(measure: Measure, row: Tensor, x: Tensor, test: Tensor, hit: Tensor) -> Tensor:
+    """``hit [R, C]`` with, for each ``r`` where ``test [R]``, every piece of measure ``row[r]`` of ``measure`` that holds ``x [R, D]`` set."""
+    K = measure.atoms.count
+    for c, piece in enumerate(measure.pieces):
+        rows = (test & piece.mask[row]).nonzero()[:, 0]
+        if len(rows):
+            inside, _ = piece.chart.coordinates_of(piece.context[row[rows]], x[rows])
+            hit[rows[inside], K + c] = True
+    return hit
 
 
 def _structure_order(kernel, s: Tensor) -> Tensor:
@@ -154,7 +203,16 @@ def _diffuse_draws(measure: Measure | SampledMeasure, wp: WeightedPoints) -> Ten
     return None if measure.atomic is None else ~measure.atomic(wp.x[0])
 
 
-def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestFunctions, swap: bool, rule: Rule, outer_diffuse: Tensor | None = None) -> Side:
+def pair_integrals(
+    graph: PointedGraph,
+    outer: WeightedPoints,
+    kernel,
+    fs: TestFunctions,
+    swap: bool,
+    rule: Rule,
+    outer_diffuse: Tensor | None = None,
+    split: tuple[int, int] | None = None,
+) -> Side:
     """:math:`\\int\\int f\\, d(\\nu \\otimes \\kappa)` (``swap``: :math:`\\int\\int f(s, s')\\, \\nu(ds') \\kappa_b(s', ds)`) for every test function.
 
     The outer states go through the kernel in chunks of at most :data:`PAIR_BUDGET` inner values, counted as
@@ -166,6 +224,9 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
     it every pair counts as atomic). Outer Monte Carlo nodes of weight zero or at the sink (a
     sampled :math:`\\nu`'s draws outside its support) are zero terms of the outer sum: never passed to the kernel,
     but counted in its variance.
+
+    ``split``: ``(class, pair type)``, whose pairs are also split by the moves that make and reverse them
+    (:class:`Moves`, ``Side.moves``; both kernels are evaluated at every such pair, so only to locate a failure).
     """
     keep = outer.mask[0] & ~outer.sink[0]
     order = _structure_order(kernel, outer.x[0][keep])
@@ -185,7 +246,8 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         [torch.zeros(K, T, 0, dtype=torch.float64)],
         [torch.zeros(K, T, 0, dtype=torch.float64)],
     )
-    groups = torch.zeros(K, 3 * C, dtype=torch.float64)
+    groups = torch.zeros(K, T * 3 * C, dtype=torch.float64)
+    moves = None if split is None else Moves({}, (), ())
     i = 0
     while i < len(s):
         measure = kernel(s[i : i + chunk])
@@ -215,8 +277,11 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         est_parts.append(est_t)
         var_parts.append(var_t)
         mass_parts.append(mass_t)
-        slot = (kind * C + inner.component).flatten()  # [N M]: pair type and component of each node
+        slot = ((cls * 3 + kind) * C + inner.component).flatten()  # [N M]: class, pair type and component of each node
         groups.index_add_(1, slot, (w_out[i : i + len(x), None] * terms).flatten(1))
+        if moves is not None and split is not None:
+            on = (cls == split[0]) & (kind == split[1]) & inner.mask
+            moves = _add_moves(graph, moves, measure, inner, outer_s, x, on, w_out[i : i + len(x), None] * terms, swap)
         i += len(inner.x)
     est, var, mass = (torch.zeros(K, T, outer.x.shape[1], dtype=torch.float64).index_copy(2, idx, torch.cat(p, 2)) for p in (est_parts, var_parts, mass_parts))
     out = [integrate(sub, e[None], v[None]) for e, v in zip(est.flatten(0, 1), var.flatten(0, 1))]
@@ -224,12 +289,39 @@ def pair_integrals(graph: PointedGraph, outer: WeightedPoints, kernel, fs: TestF
         torch.cat([e for e, _ in out]).reshape(K, T),
         torch.cat([v for _, v in out]).reshape(K, T),
         torch.stack([integrate(sub, m[None])[0][0] for m in mass.flatten(0, 1)]).reshape(K, T),
-        groups.reshape(K, 3, C),
+        groups.reshape(K, T, 3, C),
         tuple(component_name(first, c) for c in range(C)),
         sub,
         est,
         var,
+        moves,
     )
+
+
+def _add_moves(
+    graph: PointedGraph, moves: Moves, measure: Measure, inner: WeightedPoints, s: Tensor, x: Tensor, on: Tensor, terms: Tensor, swap: bool
+) -> Moves:
+    """``moves`` with the ``terms [K, N, M]`` of the nodes ``on [N, M]`` added to the sets of :class:`Moves` that hold their
+    pairs: those of the outer states ``s`` and the nodes ``x [N, M, D]`` of ``measure`` (their kernel at ``s``, whose
+    components that hold a node are its own and the other pieces that hold it), :math:`(s, x)` or, with ``swap``, :math:`(x, s)`
+    (where the other kernel is evaluated: at ``x``, holding ``s``, :func:`_holders`)."""
+    if not bool(on.any()):
+        return moves
+    row = torch.arange(on.shape[0])[:, None].expand_as(on)[on]
+    own = inner.component.expand_as(on)[on]
+    hit = torch.nn.functional.one_hot(own, measure.n_components).bool()
+    own_names = tuple(component_name(measure, c) for c in range(measure.n_components))
+    mine = _pieces_holding(measure, row, x[on], own >= measure.atoms.count, hit)
+    theirs, their_names = _holders(graph.kappa if swap else graph.kappa_b, x[on], s[on])
+    forward, backward = (theirs, mine) if swap else (mine, theirs)
+    kappa, kappa_b = (their_names, own_names) if swap else (own_names, their_names)
+    patterns, which = torch.unique(torch.cat([forward, backward], 1), dim=0, return_inverse=True)
+    sums = terms[:, on].new_zeros(terms.shape[0], len(patterns)).index_add_(1, which, terms[:, on])
+    out = dict(moves.sums)
+    for pattern, total in zip(patterns, sums.T):
+        key = (tuple(pattern[: len(kappa)].nonzero()[:, 0].tolist()), tuple(pattern[len(kappa) :].nonzero()[:, 0].tolist()))
+        out[key] = out[key] + total if key in out else total
+    return Moves(out, kappa, kappa_b)
 
 
 class _Integrals(NamedTuple):
@@ -243,27 +335,28 @@ class _Integrals(NamedTuple):
     pair_var: Tensor
 
 
-def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int) -> _Integrals:
+def _integrals(graph: PointedGraph, fs: TestFunctions, rule: Rule, seed: int, split: tuple[int, int] | None = None) -> _Integrals:
     """:math:`\\int f\\, d(\\nu \\otimes \\kappa)`, :math:`\\int f\\, d\\,\\mathrm{swap}(\\nu \\otimes \\kappa_b)` and the sink term
     :math:`\\int f(s, \\bot)\\, \\kappa_b(\\bot, ds)` for the test functions ``fs``, every piece integrated by ``rule``,
     a sampled :math:`\\nu` or terminal measure by its draws from a generator seeded with ``seed`` (the same draws for every rule).
 
     Both sides are sums over the same nodes of :math:`\\nu` (common random numbers): the variance of their difference is
     that of the node-by-node differences of their terms (inner noise included), which is far below the sum of the two
-    variances where the two sides' terms at a node move together (a DAG's children and parents both follow its edges)."""
+    variances where the two sides' terms at a node move together (a DAG's children and parents both follow its edges).
+    ``split``: the class and pair type whose pairs each side also splits by move (:func:`pair_integrals`)."""
     draws = torch.Generator().manual_seed(seed)
     nu = nodes(graph.nu, rule, draws)
     terminal = nodes(graph.terminal, rule, draws)
     nu_diffuse, terminal_diffuse = _diffuse_draws(graph.nu, nu), _diffuse_draws(graph.terminal, terminal)
-    split = nu_diffuse is not None and terminal_diffuse is not None
-    lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule, nu_diffuse if split else None)
-    rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule, nu_diffuse if split else None)
+    apart = nu_diffuse is not None and terminal_diffuse is not None
+    lhs = pair_integrals(graph, nu, graph.kappa, fs, False, rule, nu_diffuse if apart else None, split)
+    rhs = pair_integrals(graph, nu, graph.kappa_b, fs, True, rule, nu_diffuse if apart else None, split)
     t_sink, log_g = evaluate(graph, fs, terminal.x, terminal.x, torch.ones_like(terminal.sink))  # [K, 1, M], [1, M]
     terminal = replace(terminal, log_w=terminal.log_w + log_g)
     K, T = t_sink.shape[0], len(PAIR_CLASSES)
     sink = [torch.zeros(K, T, dtype=torch.float64) for _ in range(3)]
     for part in (False, True):
-        on = (terminal_diffuse == part) if split else torch.full_like(terminal.sink[0], not part)
+        on = (terminal_diffuse == part) if apart else torch.full_like(terminal.sink[0], not part)
         for k, t in enumerate(t_sink):
             (e,), (v,) = integrate(terminal, t * on)
             sink[0][k, 1 + 2 * part], sink[1][k, 1 + 2 * part] = e, v
@@ -294,22 +387,54 @@ def _statistical(graph: PointedGraph, fs: TestFunctions, fine: _Integrals, rule:
     return quadrature + Z_SCORE * var.sqrt(), f"{how}{drawn}, plus {Z_SCORE:g} standard errors"
 
 
-def _largest(side: Side, k: int, kind: int, label: str) -> str:
-    c = int(side.groups[k, kind].abs().argmax())
-    return f"{label} {side.names[c]}: {float(side.groups[k, kind, c]):.4g}"
+def _largest(side: Side, k: int, c: int, t: int, label: str) -> str:
+    """``"mostly LABEL COMPONENT: VALUE"``: the largest term of ``side`` for test function ``k`` on class ``c`` and pair type ``t``."""
+    j = int(side.groups[k, c, t].abs().argmax())
+    return f"mostly {label} {side.names[j]}: {float(side.groups[k, c, t, j]):.4g}"
 
 
-def _located(r: _Integrals, k: int, c: int) -> str:
-    """Where test function ``k`` sees the two measures differ: the class of pairs ``c`` (:data:`PAIR_CLASSES`) where its
-    difference is largest against its tolerance, named by the pair type (:data:`PAIR_TYPES`) of the largest difference
-    in it, the two integrals there, and the largest component of each side on that pair type."""
-    gap = (r.lhs.groups[k].sum(1) - r.rhs.groups[k].sum(1)).abs()  # [3] by pair type
-    t = 2 if c % 2 else int(gap[:2].argmax())
-    mine = _largest(r.lhs, k, t, "mostly kappa")
-    theirs = "the terminal measure kappa_b(sink, .)" if t == 2 else _largest(r.rhs, k, t, "mostly kappa_b")
+def _components(label: str, names: tuple[str, ...], held: tuple[int, ...], most: int = 3) -> str:
+    """``"kappa piece 1 (AffineChart) and piece 2 (AffineChart)"``: components ``held`` of the kernel ``label`` (at most ``most`` named)."""
+    if not held:
+        return f"no component of {label}"
+    listed = [names[j] for j in held[:most]] + ([f"{len(held) - most} more"] if len(held) > most else [])
+    return f"{label} {', '.join(listed[:-1])}{' and ' if len(listed) > 1 else ''}{listed[-1]}"
+
+
+def _moves_at_fault(r: _Integrals, k: int) -> str:
+    """``"mostly on those made by ... and reversed by ...: LHS vs RHS"``: the set of :class:`Moves` where test function
+    ``k``'s two sides differ most, with their integrals there."""
+    assert r.lhs.moves is not None and r.rhs.moves is not None
+    names = r.lhs.moves.kappa or r.rhs.moves.kappa, r.lhs.moves.kappa_b or r.rhs.moves.kappa_b
+    zero = torch.zeros(r.lhs.est.shape[0], dtype=torch.float64)
+    keys = sorted(r.lhs.moves.sums.keys() | r.rhs.moves.sums.keys())
+    sides = {key: (r.lhs.moves.sums.get(key, zero)[k], r.rhs.moves.sums.get(key, zero)[k]) for key in keys}
+    made, undone = max(keys, key=lambda key: float((sides[key][0] - sides[key][1]).abs()))
+    lhs, rhs = sides[(made, undone)]
     return (
-        f"test function {k + 1}: largest difference on pairs {PAIR_TYPES[t]} ({PAIR_CLASSES[c].split(', ')[1]}): nu(x)kappa {float(r.lhs.est[k, c]):.4g} ({mine}) "
-        f"vs swap(nu(x)kappa_b) {float(r.rhs.est[k, c] + r.sink[0][k, c]):.4g} ({theirs})"
+        f"mostly on those made by {_components('kappa', names[0], made)} and reversed by {_components('kappa_b', names[1], undone)}: "
+        f"{float(lhs):.4g} vs {float(rhs):.4g}"
+    )
+
+
+def _located(r: _Integrals, k: int, c: int, by_moves: Callable[[int, int], _Integrals | None]) -> str:
+    """Where test function ``k`` sees the two measures differ: the class of pairs ``c`` (:data:`PAIR_CLASSES`) where its
+    difference is largest against its tolerance, with the two sides' integrals on that class (the sink pairs: against
+    the terminal measure, with kappa's largest term); for the pairs between states, the pair type (:data:`PAIR_TYPES`,
+    from s0 or inner, which share the class) that carries most of the difference, with the two sides' integrals on it,
+    and the moves at fault there (:func:`_moves_at_fault`): ``by_moves(c, t)`` gives the integrals split by move
+    (:class:`Moves`), or ``None`` where a kernel cannot be evaluated at the other side's pairs (then each side's largest term)."""
+    lhs, rhs = float(r.lhs.est[k, c]), float(r.rhs.est[k, c] + r.sink[0][k, c])
+    where = f"test function {k + 1}: pairs {PAIR_CLASSES[c]}: nu(x)kappa {lhs:.4g}"
+    if c % 2:  # into the sink: kappa's stopping mass against the terminal measure
+        return f"{where} ({_largest(r.lhs, k, c, 2, 'kappa')}) vs swap(nu(x)kappa_b) {rhs:.4g} (the terminal measure kappa_b(sink, .))"
+    by_type = r.lhs.groups[k, c, :2].sum(1) - r.rhs.groups[k, c, :2].sum(1)  # from s0, inner
+    t = int(by_type.abs().argmax())
+    split = by_moves(c, t)
+    moves = _moves_at_fault(split, k) if split is not None else f"{_largest(r.lhs, k, c, t, 'kappa')} vs {_largest(r.rhs, k, c, t, 'kappa_b')}"
+    return (
+        f"{where} vs swap(nu(x)kappa_b) {rhs:.4g}; most of the difference on pairs {PAIR_TYPES[t]} "
+        f"({float(r.lhs.groups[k, c, t].sum()):.4g} vs {float(r.rhs.groups[k, c, t].sum()):.4g}), {moves}"
     )
 
 
@@ -343,8 +468,20 @@ def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: i
     rule = Rule(pair_method(graph, method), n)
     fs = test_functions(graph, n_functions, gen)
     seed = int(torch.randint(2**62, (), generator=gen))  # the draws of sampled measures, repeated by the coarse rule
+    drawn = torch.get_rng_state()  # the inner Monte Carlo nodes are drawn from the global stream: a failure's split repeats them
     r = _integrals(graph, fs, rule, seed)
     statistical, how = _statistical(graph, fs, r, rule, seed)
+
+    def by_moves(c: int, t: int) -> _Integrals | None:
+        after = torch.get_rng_state()
+        torch.set_rng_state(drawn)
+        try:
+            return _integrals(graph, fs, rule, seed, split=(c, t))
+        except Exception:  # a kernel that fails at the other kernel's states (a wrong parent): no split, the failure stands
+            return None
+        finally:
+            torch.set_rng_state(after)
+
     rhs = r.rhs.est + r.sink[0]
     diff = (r.lhs.est - rhs).abs().flatten()
     mass = (r.lhs.mass + r.rhs.mass + r.sink[2]).flatten()
@@ -357,5 +494,5 @@ def check_reversibility(graph: PointedGraph, n: int, method: str, n_functions: i
     elif undecided:
         detail = f"{UNDECIDED}; {_lacking(graph, rule, power, method)} (median tolerance / |integral| {power:.2g} > {POWER:g}; {how})"
     else:
-        detail = _located(r, *divmod(k, len(PAIR_CLASSES)))
+        detail = _located(r, *divmod(k, len(PAIR_CLASSES)), by_moves)
     return CheckResult(CONDITIONS["reversibility"], float(diff[k]), float(tol[k]), passed, detail, undecided)

@@ -36,7 +36,7 @@ from .cluster import require_ray
 from .common import WallClock, write_json
 from .launch import launch_replicas
 from .memory import require_memory
-from .run_folder import RunFolder, load_run_config
+from .run_folder import RunFolder, load_run_config, refuse_table_run
 from .settings import ConfigError, build, parse_assignments, resolve
 from .user_run import user_experiment
 from .user_space import load_user_space
@@ -44,6 +44,7 @@ from .user_space import load_user_space
 PROG = "gflownet-measure"
 MAX_SEED = 2**32 - 1  # numpy takes seeds modulo 2^32: larger ones would repeat its streams
 DEFAULTS = {"preset": "quick", "seed": 0, "device": "cpu"}
+DEVICES = ("cpu", "cuda")
 # One torch thread by default: every network here is small (hidden widths of 64-256, batches of 16-128), so torch's
 # default of one thread per core buys little on an idle machine and costs 10x or more where the cores are shared
 # (measured: docs/results.md, "Wall clock"). Multi-run experiments scale out with processes (--set jobs=N) instead.
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--preset", default=None, help=f"settings preset (default {DEFAULTS['preset']})")
     r.add_argument("--seed", type=int, default=None, help=f"seed of every generator, 0 to {MAX_SEED} (default 0)")
     r.add_argument("--out", default=None, help="run folder (default runs/NAME-<timestamp>); must be new or empty, unless --resume or --overwrite")
-    r.add_argument("--device", default=None, choices=("cpu", "cuda"))
+    r.add_argument("--device", default=None, choices=DEVICES)
     r.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE", nargs="+")
     r.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint, with its saved settings")
     r.add_argument("--overwrite", action="store_true", help="replace the run that --out holds (its files are deleted)")
@@ -132,6 +133,7 @@ def cmd_list() -> int:
 
 def _saved_run(out: Path, name: str) -> dict:
     """The ``config.json`` of the run folder ``out`` that ``--resume`` continues, checked to be ``name``'s."""
+    refuse_table_run(out)
     path = out / "config.json"
     if not path.is_file():
         raise ConfigError(f"--resume: {out} holds no run (no config.json); give the folder of a run started with `run {name} --out FOLDER`")
@@ -143,6 +145,13 @@ def _saved_run(out: Path, name: str) -> dict:
         raise ConfigError(f"--resume: {out} is one run of a multi-run experiment; resume the folder above it with that experiment's name")
     if saved["experiment"] != name:
         raise ConfigError(f"--resume: {out} holds a run of {saved['experiment']}, not {name}; valid here: run {saved['experiment']} --resume")
+    seed, device = saved["seed"], saved.get("device", DEFAULTS["device"])
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(
+            f"--resume: {path}: seed is {json.dumps(seed)}; valid: a whole number from 0 to {MAX_SEED} (restore the seed the run was started with)"
+        )
+    if device not in DEVICES:
+        raise ConfigError(f"--resume: {path}: device is {json.dumps(device)}; valid: {', '.join(DEVICES)}")
     return saved
 
 

@@ -33,7 +33,7 @@ from gflownet_measure.run_files import confined, is_confined, make_folder, write
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
-from .run_folder import load_run_config
+from .run_folder import load_run_config, locked
 from .settings import ConfigError
 from .training_config import TrainingConfig
 
@@ -115,6 +115,9 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
     On resume a folder's ``config.json`` must hold the job's seed and settings (a run trained by ``gflownet-measure run``
     with the same seed and settings qualifies): anything else raises :class:`~gflownet_measure.experiments.settings.ConfigError`.
 
+    The run holds an exclusive lock on its folder while it trains (:func:`~gflownet_measure.experiments.run_folder.locked`,
+    as a run folder's), in whichever process trains it: a folder that another process holds is a ``ConfigError``.
+
     With ``diverged_ok`` a run that stops on a non-finite loss or gradient (:class:`~gflownet_measure.training.TrainingDiverged`)
     is finished with the metrics ``{"diverged": message}`` instead of raising.
     """
@@ -125,6 +128,13 @@ def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker:
         with confined(job.out):
             return _one(run_fn, job, resume, diverged_ok)
     make_folder(job.out)
+    busy = f"{job.out} is in use by another process of gflownet-measure (a run started in it on its own?); wait for it to end, then continue this table with --resume"
+    with locked(job.out, busy):
+        return _train_one(run_fn, job, resume, diverged_ok)
+
+
+def _train_one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool) -> dict:
+    """:func:`_one`'s work, in the locked folder ``job.out``."""
     done = job.out / "metrics.json"
     saved = job.out / "config.json"
     if resume and saved.exists():

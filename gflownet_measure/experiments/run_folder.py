@@ -9,7 +9,11 @@
 - While the run writes, its process is confined to the folder (:func:`gflownet_measure.run_files.confined`): no
   write goes through a link or outside it. A new run's folder starts with an empty manifest.
 - One process at a time: an exclusive ``flock`` on the folder itself, held while the run writes. The kernel drops it
-  when the process ends, however it ends, so a killed run never leaves a stale lock behind.
+  when the process ends, however it ends, so a killed run never leaves a stale lock behind. Each run of a table (a
+  multi-run experiment) holds the same lock on its own folder while it trains (:func:`locked`), in whichever process
+  trains it.
+- A table's runs are its own: a run is never started or resumed on its own in the folder of one of them
+  (:func:`table_of`), which the table would then find changed (and refuse to resume).
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import fnmatch
 import json
 import os
 from pathlib import Path
+from typing import Iterator
 
 from gflownet_measure.run_files import MANIFEST, RunFileError, confined, inventory, start_manifest
 from gflownet_measure.training import CHECKPOINTS
 
 from .settings import ConfigError
 
-__all__ = ["RunFolder", "RUN_FILES", "load_run_config"]
+__all__ = ["RunFolder", "RUN_FILES", "load_run_config", "locked", "table_of", "refuse_table_run"]
 
 # what a run writes in its folder and its sub-runs' folders (the run-folder contract, figures, tables, temporary files,
 # the manifest): a symbolic link by one of these names makes --resume refuse the folder
@@ -56,6 +61,7 @@ class RunFolder:
         self._confined = contextlib.ExitStack()
 
     def __enter__(self) -> "RunFolder":
+        refuse_table_run(self.out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.out, os.O_RDONLY)
@@ -148,6 +154,81 @@ def _listed(folder: Path) -> set[str]:
         return {name for key in ("files", "folders") for name in manifest[key] if isinstance(name, str)}
     except (OSError, ValueError, KeyError, TypeError):
         return set()
+
+
+SUB_RUN_DEPTH = 3  # a table's runs lie at most this many folders below its own (sde-table: out/<target>/<row>/seed<k>)
+
+
+@contextlib.contextmanager
+def locked(folder: Path, busy: str) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` itself (reached through no link) while the context lasts; a
+    :class:`~gflownet_measure.experiments.settings.ConfigError` ``busy`` where another process holds it. Dropped by
+    the kernel when the process ends, however it ends."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(busy) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the lock
+
+
+def _run_config(folder: Path) -> dict | None:
+    """``folder``'s ``config.json`` where it is a run's (:func:`load_run_config`; not through a link), else ``None``."""
+    path = folder / "config.json"
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return load_run_config(path)
+    except ValueError:
+        return None
+
+
+def _folders(folder: Path) -> list[str]:
+    """The folders that ``folder``'s manifest lists: those a table made there (none where it has no readable manifest)."""
+    path = folder / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return []
+    try:
+        folders = json.loads(path.read_text())["folders"]
+        return [name for name in folders if isinstance(name, str)] if isinstance(folders, list) else []
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def table_of(folder: Path) -> tuple[Path, str] | None:
+    """The run folder of the table (a multi-run experiment) of which ``folder`` is, or lies inside, the folder of one
+    run, and the table's experiment; ``None`` where there is none.
+
+    The table is the nearest folder above ``folder`` (at most :data:`SUB_RUN_DEPTH` up) whose ``config.json`` names an
+    experiment, reached through folders that the table made: each is listed in its parent's manifest, or, for a table
+    of an earlier version (no manifests), ``folder`` holds a run's ``config.json`` without an experiment (what a table
+    writes in each of its runs' folders)."""
+    here = Path(os.path.abspath(folder))
+    saved = _run_config(here)
+    earlier = saved is not None and "experiment" not in saved
+    child = here
+    for parent in list(here.parents)[:SUB_RUN_DEPTH]:
+        if not earlier and child.name not in _folders(parent):
+            return None
+        table = _run_config(parent)
+        if table is not None and "experiment" in table:
+            return parent, str(table["experiment"])
+        child = parent
+    return None
+
+
+def refuse_table_run(out: Path) -> None:
+    """A :class:`~gflownet_measure.experiments.settings.ConfigError` naming the table where ``out`` is the folder of one
+    of its runs (:func:`table_of`): the table trains, resumes and replaces its runs itself."""
+    owner = table_of(out)
+    if owner is not None:
+        table, name = owner
+        raise ConfigError(
+            f"--out {out} is a folder of the multi-run experiment {name} in {table}: its runs are trained, resumed and replaced by that table alone; continue it with `run {name} --out {table} --resume`, or choose a folder outside it (nothing was written)"
+        )
 
 
 def load_run_config(path: Path) -> dict:

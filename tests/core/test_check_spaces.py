@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 import torch
@@ -251,8 +252,8 @@ def test_a_dropped_jacobian_on_the_first_move_is_no_longer_a_monte_carlo_pass():
     auto = result(check_graph(broken), EQ4)
     assert not auto.passed and not auto.undecided
     assert auto.estimate > 1e3 * auto.tolerance, auto
-    assert "largest difference on pairs from s0" in auto.detail and "mostly kappa piece 0 (WithoutJacobian)" in auto.detail, auto.detail
-    assert "mostly kappa_b atom 0" in auto.detail
+    assert "pairs between states, diffuse: " in auto.detail and "most of the difference on pairs from s0" in auto.detail, auto.detail
+    assert "made by kappa piece 0 (WithoutJacobian) and reversed by kappa_b atom 0" in auto.detail
 
 
 def test_a_terminal_measure_of_the_wrong_mass_fails_eq4_on_the_sink_pairs():
@@ -260,8 +261,100 @@ def test_a_terminal_measure_of_the_wrong_mass_fails_eq4_on_the_sink_pairs():
     report = check_graph(circle(terminal=light))
     assert result(report, SUPPORT).passed  # the same support, another mass
     row = result(report, EQ4)
-    assert not row.passed and "largest difference on pairs into the sink" in row.detail, row.detail
+    assert not row.passed and "pairs into the sink, diffuse: " in row.detail and "mostly kappa atom 0" in row.detail, row.detail
     assert "the terminal measure kappa_b(sink, .)" in row.detail
+
+
+NUMBER = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)"
+
+
+def test_an_eq4_failure_prints_its_class_totals_under_the_class_and_the_pair_type_apart():
+    """Issue 64 (new user, 3): pairs from s0 and inner pairs share one class, and the row printed the class's totals
+    as those of "pairs from s0". Now the totals are labelled by their class, and the pair type's own come apart: here
+    the inner pairs agree, so the class's difference is that of the pairs from s0, whose totals are smaller."""
+    detail = result(check_graph(circle(kappa=CircleForward(first=DROPPED))), EQ4).detail
+    match = re.search(
+        rf"pairs between states, diffuse: nu\(x\)kappa {NUMBER} vs swap\(nu\(x\)kappa_b\) {NUMBER}; most of the difference on pairs from s0 \({NUMBER} vs {NUMBER}\), "
+        rf"mostly on those made by kappa piece 0 \(WithoutJacobian\) and reversed by kappa_b atom 0: {NUMBER} vs {NUMBER}$",
+        detail,
+    )
+    assert match, detail
+    lhs, rhs, lhs_s0, rhs_s0, lhs_moves, rhs_moves = map(float, match.groups())
+    assert abs(lhs - lhs_s0) > 1 and abs(rhs - rhs_s0) > 1  # the class holds the inner pairs too
+    assert lhs - rhs == pytest.approx(lhs_s0 - rhs_s0, rel=1e-3)  # and they agree: the difference is the pairs from s0's
+    assert (lhs_moves, rhs_moves) == (lhs_s0, rhs_s0)  # one move from s0 on either side
+
+
+PI = math.pi
+HALF = AffineChart(Box((0.0,), (PI,)), slots=(1,), relative=True, period=TWO_PI, fixed={0: 2.0})  # theta' - theta in [0, pi)
+UNHALF = AffineChart(Box((-PI,), (0.0,)), slots=(1,), relative=True, period=TWO_PI, fixed={0: 1.0})
+SHORT = AffineChart(Box((2.0,), (3.0,)), slots=(1,), scale=PI / 2, relative=True, period=TWO_PI, fixed={0: 2.0})  # in [pi, 3 pi / 2)
+UNSHORT = AffineChart(Box((-3.0,), (-2.0,)), slots=(1,), scale=PI / 2, relative=True, period=TWO_PI, fixed={0: 1.0})
+
+
+class TwoMoves(Kernel):
+    """kappa of the circle with two rotations at stage 1 onto disjoint arcs: by up to pi (piece 1), by pi to 3 pi / 2 (piece 2, ``short``)."""
+
+    def __init__(self, short: Chart = SHORT):
+        self.short = short
+
+    def __call__(self, s):
+        stage = s[:, 0].round()
+        done = (stage == 2)[:, None]
+        atoms = Atoms(s[:, None], torch.zeros(len(s), 1, dtype=s.dtype), done, torch.ones_like(done))
+        return Measure(atoms, (Piece(FIRST, s, stage == 0), Piece(HALF, s, stage == 1), Piece(self.short, s, stage == 1)))
+
+
+class TwoMovesBack(Kernel):
+    """kappa_b of :class:`TwoMoves`: the atom s0 under stage 1; the two backward rotations under stage 2 (pieces 0 and 1)."""
+
+    def __call__(self, s):
+        stage = s[:, 0].round()
+        atoms = Atoms(torch.zeros_like(s)[:, None], torch.zeros(len(s), 1, dtype=s.dtype), (stage == 1)[:, None], torch.zeros(len(s), 1, dtype=torch.bool))
+        return Measure(atoms, (Piece(UNHALF, s, stage == 2), Piece(UNSHORT, s, stage == 2)))
+
+
+def test_two_moves_pass_eq4():
+    assert result(check_graph(circle(kappa=TwoMoves(), kappa_b=TwoMovesBack())), EQ4).passed
+
+
+@pytest.mark.parametrize("method", ["auto", "mc"])
+def test_an_eq4_failure_names_the_move_at_fault_not_the_largest_one(method):
+    """Issue 64 (new user, 3): "mostly" named each side's largest term, here the half turn that both sides agree on.
+    Now it names the pairs where the two sides differ: those of the short move whose Jacobian was dropped."""
+    row = result(check_graph(circle(kappa=TwoMoves(WithoutJacobian(SHORT)), kappa_b=TwoMovesBack()), method=method), EQ4)
+    assert not row.passed and not row.undecided, row
+    assert "most of the difference on pairs inner" in row.detail, row.detail
+    assert "mostly on those made by kappa piece 2 (WithoutJacobian) and reversed by kappa_b piece 1 (AffineChart): " in row.detail, row.detail
+    assert "piece 1 (AffineChart) and" not in row.detail and "kappa_b piece 0" not in row.detail  # the half turn, not at fault
+
+
+def test_an_eq4_failure_names_the_pairs_that_no_backward_move_reverses():
+    """The short move overshoots by 1/3 (to 5 pi / 3, where kappa_b reverses up to 3 pi / 2): the pairs beyond are named."""
+    long = AffineChart(Box((2.0,), (3.0 + 1 / 3,)), slots=(1,), scale=PI / 2, relative=True, period=TWO_PI, fixed={0: 2.0})
+    row = result(check_graph(circle(kappa=TwoMoves(long), kappa_b=TwoMovesBack())), EQ4)
+    assert not row.passed, row
+    assert "mostly on those made by kappa piece 2 (AffineChart) and reversed by no component of kappa_b: " in row.detail, row.detail
+    assert row.detail.endswith(" vs 0"), row.detail  # the right side has no such pair
+
+
+def test_the_split_by_moves_repeats_the_monte_carlo_nodes_and_adds_up():
+    """The split that locates a failure is a second pass: from the same random state it draws the same nodes, so its
+    sets add up to the pair type's totals, on either side."""
+    from gflownet_measure.checks import integration, reversibility
+
+    graph = circle(kappa=TwoMoves(WithoutJacobian(SHORT)), kappa_b=TwoMovesBack())
+    rule = integration.Rule("mc", 64)
+    fs = reversibility.test_functions(graph, 4, torch.Generator().manual_seed(0))
+    torch.manual_seed(1)
+    first = reversibility._integrals(graph, fs, rule, seed=2)
+    torch.manual_seed(1)
+    split = reversibility._integrals(graph, fs, rule, seed=2, split=(2, 1))  # between states, diffuse; inner pairs
+    for a, b in ((first.lhs, split.lhs), (first.rhs, split.rhs)):
+        assert torch.equal(a.est, b.est) and a.moves is None
+        assert b.moves is not None and len(b.moves.sums) >= 2  # the half turn's pairs and the short move's
+        assert torch.allclose(sum(b.moves.sums.values()), b.groups[:, 2, 1].sum(1), rtol=1e-12, atol=1e-14)
+    assert split.lhs.moves.kappa[2:] == ("piece 1 (AffineChart)", "piece 2 (WithoutJacobian)")
 
 
 def test_a_check_with_too_little_power_is_undecided_and_not_a_pass():

@@ -118,7 +118,7 @@ def test_figure1_resume_keeps_finished_runs_and_refuses_foreign_ones(tmp_path, c
     assert main(["run", "quarter-disc", "--out", str(sub), "--resume"]) == 2  # a sub-run is resumed through its table
     assert main(["run", "quarter-disc", "--out", str(out), "--resume"]) == 2  # a table is not a single run
     errors = capsys.readouterr().err.strip().splitlines()
-    assert "is one run of a multi-run experiment" in errors[0] and "holds a run of quarter-disc-figure1, not quarter-disc" in errors[1]
+    assert f"is a folder of the multi-run experiment quarter-disc-figure1 in {out}" in errors[0] and "holds a run of quarter-disc-figure1, not quarter-disc" in errors[1]
     assert json.loads((out / "metrics.json").read_text())["seconds"] > first  # the wall clock of both invocations
     record = json.loads((sub / "config.json").read_text())
     record["settings"]["steps"] = 3

@@ -2,7 +2,9 @@
 checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability).
 A run cannot be turned against its user: no write through a symbolic link, --overwrite deletes only what the run's
 manifest lists, and a diverged model is never checkpointed (issue 64, items 1-3)."""
+import fcntl
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -367,3 +369,114 @@ def test_a_checkpoint_with_non_finite_weights_is_skipped_on_resume(finished):
     with pytest.warns(UserWarning, match="checkpoint.pt holds non-finite weights \\(.*\\); resuming from checkpoint.prev.pt \\(step 10\\)"):
         assert main(["run", "hypergrid", "--out", str(finished), "--resume", "--threads", "1"]) == 0
     assert [json.loads(r)["step"] for r in (finished / "history.jsonl").read_text().splitlines()] == [10, 20]
+
+
+# --- issue 64, item 8: a run folder's own files, read on --resume, are one line where they hold nonsense -----------
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("seed", "abc", 'config.json: seed is "abc"; valid: a whole number from 0 to 4294967295'),
+        ("seed", 0.5, "config.json: seed is 0.5; valid: a whole number from 0 to 4294967295"),
+        ("seed", True, "config.json: seed is true; valid: a whole number from 0 to 4294967295"),
+        ("seed", 2**40, f"config.json: seed is {2**40}; valid: a whole number from 0 to 4294967295"),
+        ("device", "tpu", 'config.json: device is "tpu"; valid: cpu, cuda'),
+    ],
+)
+def test_a_config_with_a_bad_seed_or_device_is_one_line_on_resume(finished, key, value, message, capsys):
+    """The probe's cases: `config.json` with seed "abc" or 0.5, or device "tpu", gave tracebacks on --resume."""
+    record = json.loads((finished / "config.json").read_text())
+    (finished / "config.json").write_text(json.dumps(record | {key: value}))
+    before = _snapshot(finished)
+    _fails(["run", "hypergrid", "--out", str(finished), "--resume"], capsys, f"--resume: {finished / message}")
+    assert _snapshot(finished) == before  # refused before the folder is touched
+
+
+@pytest.mark.parametrize(
+    "history, message",
+    [
+        (b'{"step": 10, "loss": 1.0}\n\xff\xfe{"step": 20}\n', "history.jsonl is not UTF-8 text (byte 26 is b'\\xff'), so not a run's history"),
+        (b'{"step": null, "loss": 1.0}\n{"step": 20, "loss": 1.0}\n', "history.jsonl line 1: step is null; valid: a whole number >= 0"),
+        (b'{"step": 10, "loss": 1.0}\n{"step": "20", "loss": 1.0}\n', 'history.jsonl line 2: step is "20"; valid: a whole number >= 0'),
+    ],
+)
+def test_a_history_that_is_not_utf8_or_has_a_bad_step_is_one_line_on_resume(unfinished, history, message, capsys):
+    """The probe's cases: `history.jsonl` not UTF-8, or with a row whose step is null, gave tracebacks on --resume."""
+    (unfinished / "history.jsonl").write_bytes(history)
+    _fails(["run", "hypergrid", "--out", str(unfinished), "--resume", "--threads", "1"], capsys, f"{unfinished / message}")
+    assert (unfinished / "history.jsonl").read_bytes() == history  # left as it was, for the user to restore
+    assert not (unfinished / "metrics.json").exists()
+
+
+# --- issue 64, item 4: a table's runs are locked, and are the table's alone ----------------------------------------
+
+
+TABLE_TINY = ["--threads", "1", "--set", "steps=2", "eval_every=1", "eval_samples=50", "batch_size=8", "hidden=8", "n_layers=1", "seeds=1"]
+
+
+def _hold(folder: Path) -> int:
+    """An exclusive flock on ``folder``, as a run (or a table's run) holds it; released by closing the descriptor."""
+    fd = os.open(folder, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+@pytest.mark.slow  # trains a tiny quarter-disc-figure1 table: about 10 s
+def test_a_run_on_its_own_in_the_folder_of_a_tables_run_is_refused_and_deletes_nothing(tmp_path, capsys):
+    """The probe's case: `run quarter-disc --out T/tb-uniform-rho0.25/seed0 --overwrite` succeeded while the table ran,
+    the table then crashed and --resume refused that run for good. Now every form of it is one line naming the table,
+    also while the run's folder is locked (its table trains it), and the table resumes."""
+    table = tmp_path / "T"
+    assert main(["run", "quarter-disc-figure1", "--out", str(table), *TABLE_TINY]) == 0
+    capsys.readouterr()
+    sub = table / "tb-uniform-rho0.25" / "seed0"
+    before = _snapshot(table)
+    named = f"is a folder of the multi-run experiment quarter-disc-figure1 in {table}: its runs are trained, resumed and replaced by that table alone; continue it with `run quarter-disc-figure1 --out {table} --resume`"
+    for out in (sub, sub.parent):
+        for extra in (["--overwrite"], [], ["--resume"]):
+            settings = [] if extra == ["--resume"] else ["--set", "steps=2"]
+            _fails(["run", "quarter-disc", "--out", str(out), "--threads", "1", *extra, *settings], capsys, f"--out {out} {named}")
+    fd = _hold(sub)  # the table training this run
+    try:
+        _fails(["run", "quarter-disc", "--out", str(sub), "--overwrite", "--threads", "1"], capsys, named)
+    finally:
+        os.close(fd)
+    assert _snapshot(table) == before
+    assert main(["run", "quarter-disc-figure1", "--out", str(table), "--resume", "--threads", "1"]) == 0
+
+
+def report_the_lock(cfg, out, resume) -> dict:
+    """A table's run function that reports whether its folder is locked (by the process that trains it) while it runs."""
+    try:
+        os.close(_hold(out))
+    except BlockingIOError:
+        return {"locked": True, "pid": os.getpid()}
+    return {"locked": False, "pid": os.getpid()}
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: spawned worker processes, about 10 s
+def test_a_tables_run_holds_the_lock_on_its_folder_while_it_trains(tmp_path, workers):
+    from gflownet_measure.experiments.common import SubRun, run_many
+
+    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}) for k in range(2)]
+    metrics = run_many(report_the_lock, jobs, resume=False, workers=workers)
+    assert all(m["locked"] for m in metrics), metrics
+    assert (len({m["pid"] for m in metrics} - {os.getpid()}) > 0) == (workers > 1)  # in worker processes with workers=2
+    os.close(_hold(jobs[0].out))  # released once trained
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_tables_run_whose_folder_another_process_holds_is_refused(tmp_path, workers):
+    from gflownet_measure.experiments.common import SubRun, run_many
+    from gflownet_measure.experiments.settings import ConfigError
+
+    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}) for k in range(2)]
+    jobs[1].out.mkdir(parents=True)
+    fd = _hold(jobs[1].out)  # a run started there on its own
+    try:
+        with pytest.raises(ConfigError, match=f"{jobs[1].out} is in use by another process of gflownet-measure"):
+            run_many(report_the_lock, jobs, resume=False, workers=workers)
+    finally:
+        os.close(fd)
+    assert list(jobs[1].out.iterdir()) == []  # nothing written in it

@@ -1,6 +1,6 @@
 """Settings and helpers shared by every training experiment (one mechanism, parametrised).
 
-Every file of a run folder is written through :mod:`gflownet_measure.run_files` (:func:`write_atomic`,
+Every file of a run folder is written through :mod:`gflownet_measure.run_files` (:func:`~gflownet_measure.run_files.write_file`,
 :func:`write_json`): never through a symbolic link, never outside the run folder, and recorded in the folder's
 ``manifest.json``, which is what ``--overwrite`` deletes."""
 
@@ -17,7 +17,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import BinaryIO, Callable, Mapping, NamedTuple
+from typing import Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
@@ -29,7 +29,7 @@ from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_boun
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.run_files import confined, is_confined, make_folder, write_file, write_text
+from gflownet_measure.run_files import confined, is_confined, make_folder, write_text
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
@@ -42,7 +42,6 @@ __all__ = [
     "SubRun",
     "WallClock",
     "run_id",
-    "write_atomic",
     "write_json",
     "write_text",
     "run_many",
@@ -89,14 +88,8 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """``write(f)`` on a binary file object, which becomes the file ``path`` at once: a reader never sees half a file.
-    Through no symbolic link and inside the run folder (:func:`gflownet_measure.run_files.write_file`)."""
-    write_file(path, write)
-
-
 def write_json(path: Path, obj) -> None:
-    """``obj`` as indented JSON at ``path``, written atomically (:func:`write_atomic`)."""
+    """``obj`` as indented JSON at ``path``, written atomically (:func:`~gflownet_measure.run_files.write_text`)."""
     write_text(path, json.dumps(obj, indent=2) + "\n")
 
 

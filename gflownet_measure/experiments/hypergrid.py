@@ -17,8 +17,9 @@ from gflownet_measure.metrics import l1_distance
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
+from gflownet_measure.run_files import write_file
 
-from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet, write_atomic
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import plot_grid_pair, plot_history
@@ -56,7 +57,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
 
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=traj.terminal.cpu().numpy().astype(np.int64)))
+    write_file(out / "samples.npz", lambda f: np.savez(f, x=traj.terminal.cpu().numpy().astype(np.int64)))
     p_T = terminating_distribution(graph, pf, states)
     l1 = l1_distance(p_T, target)
     plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['objective']}")

@@ -52,9 +52,10 @@ from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
 from gflownet_measure.objectives import GFlowNet, get_objective
 from gflownet_measure.options import Setting
+from gflownet_measure.run_files import write_file, write_text
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet, write_atomic, write_text
+from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet
 from .memory import require_memory
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, register
@@ -281,7 +282,7 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
             continue
         samples, extra = result
         graphs, thetas, seconds = samples.graphs, samples.thetas, samples.seconds
-        write_atomic(out / f"baseline_{name}.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8)))
+        write_file(out / f"baseline_{name}.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8)))
         m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
         if exact is not None:
             m |= feature_metrics(graphs, exact.features())
@@ -334,7 +335,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, batches, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy()))
+    write_file(out / "samples.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy()))
     with torch.no_grad():
         if exact is not None:
             metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)

@@ -35,8 +35,9 @@ from gflownet_measure.likelihood import log_likelihood_bounds
 from gflownet_measure.objectives import Batch, GFlowNet, get_objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
+from gflownet_measure.run_files import write_file
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet, write_atomic
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
 from .environment import make_environment
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, register
@@ -253,7 +254,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
     x = _samples(graph, gfn, cfg["n_samples"])
     phi = gfn.pb.phi.detach().cpu()
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy()))
+    write_file(out / "samples.npz", lambda f: np.savez(f, x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy()))
     row = f"learned P_B ({cfg['backward_rule']})" if cfg["learn_backward"] else "fixed P_B (DDPM)"
     plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
     _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")

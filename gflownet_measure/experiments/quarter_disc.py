@@ -37,9 +37,10 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_backward, sample_forward
+from gflownet_measure.run_files import write_file
 from gflownet_measure.training import seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet, write_atomic
+from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
@@ -176,7 +177,7 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
     x = traj.terminal
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
+    write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
     label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")

@@ -38,9 +38,10 @@ from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.run_files import write_file
 from gflownet_measure.training import seeded_generator
 
-from .common import configure, learned_log_Z, run_id, train_gflownet, write_atomic
+from .common import configure, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
 from .memory import require_memory
@@ -208,7 +209,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, cfg))
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").cpu().numpy()
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x))
+    write_file(out / "samples.npz", lambda f: np.savez(f, x=x))
     target = TARGETS[cfg["target"]]
     label = (
         f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"

@@ -7,9 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gflownet_measure.run_files import RunFileError
-
-from .common import write_atomic
+from gflownet_measure.run_files import RunFileError, write_file
 
 __all__ = ["write_table"]
 
@@ -18,11 +16,11 @@ def write_table(out: Path, table: str | None, history: list[dict], first: Path |
     """``table.txt`` (the ``table``, also printed; none where ``None``), ``history.jsonl`` (one JSON object per row of
     ``history``), and from the sub-run folder ``first`` its ``samples.npz`` and the ``figures`` it drew (a figure that
     was not drawn is skipped: a warning said so); ``first=None``: no sub-run has samples. Every file is written
-    atomically (:func:`~gflownet_measure.experiments.common.write_atomic`)."""
+    atomically (:func:`~gflownet_measure.run_files.write_file`)."""
     if table is not None:
-        write_atomic(out / "table.txt", lambda f: f.write(table.encode()))
+        write_file(out / "table.txt", lambda f: f.write(table.encode()))
         print(table)
-    write_atomic(out / "history.jsonl", lambda f: f.write("".join(json.dumps(row) + "\n" for row in history).encode()))
+    write_file(out / "history.jsonl", lambda f: f.write("".join(json.dumps(row) + "\n" for row in history).encode()))
     if first is None:
         return
     _copy(first / "samples.npz", out / "samples.npz")
@@ -40,4 +38,4 @@ def _copy(src: Path, dst: Path) -> None:
             raise RunFileError(f"{src} is a symbolic link: a run copies no file through one; remove it and run again (nothing was written)") from None
         raise
     with open(fd, "rb") as f:
-        write_atomic(dst, lambda g: shutil.copyfileobj(f, g))
+        write_file(dst, lambda g: shutil.copyfileobj(f, g))

@@ -42,9 +42,10 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_forward
+from gflownet_measure.run_files import write_file
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet, write_atomic
+from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig
 from .memory import require_memory
@@ -260,7 +261,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     )
     traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"], sampler)
     x = traj.terminal[:, :n].double()
-    write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
+    write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
     exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
     floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
     masses, log_kde = ref.masses(x), ref.log_kde(x)

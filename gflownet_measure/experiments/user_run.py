@@ -29,8 +29,9 @@ from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
+from gflownet_measure.run_files import write_file
 
-from .common import CONTRACT_STATES, configure, final_samples, learned_log_Z, run_id, train_gflownet, write_atomic
+from .common import CONTRACT_STATES, configure, final_samples, learned_log_Z, run_id, train_gflownet
 from .plots import plot_history, plot_terminal_samples
 from .registry import Experiment
 from .settings import ConfigError, build
@@ -115,7 +116,7 @@ def user_experiment(target: str) -> Experiment:
         history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
         traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
         x = traj.terminal.double().cpu().numpy()
-        write_atomic(out / "samples.npz", lambda f: np.savez(f, x=x))
+        write_file(out / "samples.npz", lambda f: np.savez(f, x=x))
         metrics = {
             **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
             "log_Z_lower_bound": lower,

@@ -88,6 +88,8 @@ from gflownet_measure.bayesnets.scores import LocalScores, lookahead_scores
 from gflownet_measure.bayesnets.structure_metrics import sample_features
 from gflownet_measure.gaussian import LOG_2PI
 
+from .samples import Clock, clock
+
 __all__ = ["MAX_D", "CollapsedSamples", "GoldStandard", "no_closed_form", "split_rhat", "collapsed_mc3", "gold_standard"]
 
 MAX_D = 62
@@ -302,19 +304,34 @@ class _Run(NamedTuple):
     seconds: float
 
 
-def _run_chains(target: _Target, n_chains: int, n_samples: int, burn_in: int, thin: int, seed: int, max_parents: int | None, progress: bool) -> _Run:
-    """``burn_in + n_samples * thin`` steps of each chain, one after the other (one score cache shared), keeping every ``thin``-th state after the burn-in."""
+def _run_chains(
+    target: _Target, n_chains: int, n_samples: int, burn_in: int, thin: int, seed: int, max_parents: int | None, progress: bool, budget: Clock | None = None
+) -> _Run:
+    """``burn_in + n_samples * thin`` steps of each chain, one after the other (one score cache shared), keeping every
+    ``thin``-th state after the burn-in; or, with a wall-clock ``budget``, each chain run for ``budget.seconds / n_chains`` (:func:`_timed`)."""
     t0 = time.perf_counter()
     d = target.d
     cap = d if max_parents is None else int(max_parents)
     cache = _ScoreCache(target.scorer, d, cap)
     codes = np.zeros((n_chains, n_samples, d), dtype=np.int64)
     block = max(1, 100_000 // thin)  # kept states between progress updates
-    accepted, total = 0, burn_in + n_samples * thin
-    with tqdm(total=n_chains * total, desc="collapsed MC3", unit="step", unit_scale=True, mininterval=2.0, disable=not progress) as bar:
+    accepted, total = 0, n_chains * (burn_in + n_samples * thin)
+    with tqdm(
+        total=round(budget.seconds) if budget else total,
+        desc="collapsed MC3",
+        unit="s" if budget else "step",
+        unit_scale=not budget,
+        mininterval=2.0,
+        disable=not progress,
+    ) as bar:
         for c, child in enumerate(np.random.SeedSequence(seed).spawn(n_chains)):
             start_rng, step_seed = np.random.default_rng(child), int(child.generate_state(1)[0])
             chain = _Chain(_start(d, c, start_rng, cap), cache, target.log_edge_odds, random.Random(step_seed))
+            if budget is not None:
+                kept, n_accepted, n_steps = _timed(chain, n_samples, budget.seconds / n_chains, budget.burn_in_fraction, bar)
+                codes[c] = np.asarray(kept)
+                accepted, total = accepted + n_accepted, total + n_steps
+                continue
             for done in range(0, burn_in, block * thin):
                 accepted += _advance(chain, min(block * thin, burn_in - done))
                 bar.update(min(block * thin, burn_in - done))
@@ -323,7 +340,29 @@ def _run_chains(target: _Target, n_chains: int, n_samples: int, burn_in: int, th
                 codes[c, s] = chain.parents
                 if (s + 1) % block == 0 or s + 1 == n_samples:
                     bar.update((s % block + 1) * thin)
-    return _Run(codes, accepted / (n_chains * total) if total else math.nan, time.perf_counter() - t0)
+    return _Run(codes, accepted / total if total else math.nan, time.perf_counter() - t0)
+
+
+def _timed(chain: _Chain, n_samples: int, seconds: float, burn_in_fraction: float, bar) -> tuple[list[list[int]], int, int]:
+    """Steps of ``chain`` until ``seconds`` have passed and at least ``n_samples`` states follow the burn-in (checked at
+    each kept state, so it overruns by at most one thinning interval); returns ``n_samples`` states evenly spaced after
+    the first ``burn_in_fraction`` of the steps (:class:`~gflownet_measure.baselines.samples.EvenThinning` with room for
+    :math:`2n / (1 - f)`, so that at least :math:`n` of its states follow the burn-in), the accepted steps and the steps."""
+    run_clock = Clock(seconds, burn_in_fraction)
+    least, kept = run_clock.least(n_samples), run_clock.thinning(n_samples)
+    t0 = last = time.perf_counter()
+    steps = accepted = 0
+    while True:
+        block = kept.thin - steps % kept.thin  # steps to the next kept state
+        accepted += _advance(chain, block)
+        steps += block
+        kept.keep(steps, list(chain.parents))
+        now = time.perf_counter()
+        if now - last >= 1.0:
+            bar.update(round(now - t0) - round(last - t0))
+            last = now
+        if now - t0 >= seconds and steps > least:
+            return kept.take(n_samples, int(burn_in_fraction * steps)), accepted, steps
 
 
 def _adjacency(codes: np.ndarray) -> np.ndarray:
@@ -402,6 +441,8 @@ def collapsed_mc3(
     *,
     max_parents: int | None = None,
     progress: bool = False,
+    seconds: float | None = None,
+    burn_in_fraction: float = 0.25,
 ) -> CollapsedSamples:
     """Collapsed structure MC3 on :math:`P(G | D)` (Madigan & York 1995; module docstring), :math:`\\theta` drawn afterwards.
 
@@ -418,13 +459,18 @@ def collapsed_mc3(
         seed: a run is a deterministic function of its arguments.
         max_parents: at most this many parents per node (``None``: no limit).
         progress: show a tqdm bar.
+        seconds: a wall-clock budget in place of ``burn_in`` and ``thin`` (a baseline at matched wall clock): each
+            chain runs for ``seconds / n_chains``, its first ``burn_in_fraction`` of steps discarded and ``n_samples``
+            states kept evenly spaced over the rest (the run is then not a deterministic function of its arguments).
+        burn_in_fraction: with ``seconds``, the share of each chain's steps discarded.
 
     Returns:
         :class:`CollapsedSamples`.
     """
     _check("collapsed_mc3", n_samples=n_samples, burn_in=burn_in, thin=thin, n_chains=n_chains, max_parents=max_parents)
+    budget = clock(seconds, burn_in_fraction, "collapsed_mc3")
     target = _Target("collapsed_mc3", model)
-    run = _run_chains(target, int(n_chains), int(n_samples), int(burn_in), int(thin), int(seed), max_parents, progress)
+    run = _run_chains(target, int(n_chains), int(n_samples), int(burn_in), int(thin), int(seed), max_parents, progress, budget)
     graphs = torch.from_numpy(_adjacency(run.codes.reshape(-1, model.d)))
     thetas = model.sample_theta_posterior(graphs, torch.Generator().manual_seed(int(seed))) if isinstance(model, LinearGaussian) else None
     return CollapsedSamples(graphs, thetas, run.acceptance, run.seconds, split_rhat(run.codes), _chain_spread(run.codes))

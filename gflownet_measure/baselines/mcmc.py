@@ -72,6 +72,8 @@ from gflownet_measure.baselines.smc import TARGET_ACCEPTANCE
 from gflownet_measure.bayesnets.dags import valid_edges
 from gflownet_measure.gaussian import LOG_2PI
 
+from .samples import Clock, clock
+
 __all__ = [
     "MOVES",
     "MCMCSamples",
@@ -425,26 +427,46 @@ Kernel = Callable[[ChainState, np.random.Generator], tuple[ChainState, dict[str,
 """One step of every chain: the new state and, per move, its accepted chains (the first: the structure move)."""
 
 
-def sample_chains(fn: str, kernel: Kernel, state: ChainState, n_samples: int, burn_in: int, thin: int, rng: np.random.Generator, progress: bool) -> MCMCSamples:
+def sample_chains(
+    fn: str, kernel: Kernel, state: ChainState, n_samples: int, burn_in: int, thin: int, rng: np.random.Generator, progress: bool, budget: Clock | None = None
+) -> MCMCSamples:
     """``burn_in + n_samples * thin`` steps of ``kernel`` from ``state``, keeping every ``thin``-th state after the burn-in;
-    a tqdm bar (``progress``) shows each move's acceptance rate."""
+    or, with a wall-clock ``budget``, steps until ``budget.seconds`` have passed, ``n_samples`` states per chain kept
+    evenly spaced after the first ``budget.burn_in_fraction`` of the steps (:class:`~gflownet_measure.baselines.samples.EvenThinning`;
+    it stops at a kept state after at least :meth:`~gflownet_measure.baselines.samples.Clock.least` steps).
+    A tqdm bar (``progress``) shows each move's acceptance rate."""
     t0 = time.perf_counter()
     C, d = state.adj.shape[:2]
     graphs, thetas = np.zeros((C, n_samples, d, d), dtype=bool), np.zeros((C, n_samples, state.theta.shape[1]))
     total = int(burn_in) + int(n_samples) * int(thin)
+    timed = (budget, budget.thinning(n_samples)) if budget is not None else None
     accepted: dict[str, int] = {}
-    bar = tqdm(range(total), desc=fn, mininterval=2.0, dynamic_ncols=True, disable=not progress)
-    for step in bar:
+    bar = tqdm(
+        total=round(budget.seconds) if budget else total, unit="s" if budget else "it", desc=fn, mininterval=2.0, dynamic_ncols=True, disable=not progress
+    )
+    step = 0
+    while timed is not None or step < total:
         state, ok = kernel(state, rng)
+        step += 1
         for name, mask in ok.items():
             accepted[name] = accepted.get(name, 0) + int(mask.sum())
-        kept = step + 1 - burn_in
-        if kept > 0 and kept % thin == 0:
-            graphs[:, kept // thin - 1], thetas[:, kept // thin - 1] = state.adj, state.theta
-        if progress and (step + 1) % 1000 == 0:
-            bar.set_postfix({name: f"{n / ((step + 1) * C):.3f}" for name, n in accepted.items()}, refresh=False)
+        if progress and step % 1000 == 0:
+            bar.set_postfix({name: f"{n / (step * C):.3f}" for name, n in accepted.items()}, refresh=False)
+        if timed is None:
+            bar.update()
+            kept = step - burn_in
+            if kept > 0 and kept % thin == 0:
+                graphs[:, kept // thin - 1], thetas[:, kept // thin - 1] = state.adj, state.theta
+        elif timed[1].due(step):
+            timed[1].keep(step, (state.adj.copy(), state.theta.copy()))
+            bar.n = round(min(time.perf_counter() - t0, timed[0].seconds))
+            if time.perf_counter() - t0 >= timed[0].seconds and step >= timed[0].least(n_samples):
+                break
     bar.close()
-    acceptance = next(iter(accepted.values())) / (total * C) if total else math.nan
+    if timed is not None:
+        states = timed[1].take(n_samples, int(timed[0].burn_in_fraction * step))
+        graphs, thetas = np.stack([s[0] for s in states], 1), np.stack([s[1] for s in states], 1)
+    acceptance = next(iter(accepted.values())) / (step * C) if step else math.nan
     return MCMCSamples(torch.from_numpy(graphs.reshape(-1, d, d)), torch.from_numpy(thetas.reshape(-1, thetas.shape[-1])), acceptance, time.perf_counter() - t0)
 
 
@@ -460,6 +482,8 @@ def mh_mc3(
     theta_step: float = 0.05,
     progress: bool = False,
     max_parents: int | None = None,
+    seconds: float | None = None,
+    burn_in_fraction: float = 0.25,
 ) -> MCMCSamples:
     """MH-MC3 with joint :math:`\\theta` moves on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)` (Deleu et al. 2023, Table D.1).
 
@@ -481,11 +505,17 @@ def mh_mc3(
         progress: show a tqdm bar with the acceptance rates.
         max_parents: at most this many parents per node (``None``: no limit); the target is then restricted to
             those DAGs, as :class:`~gflownet_measure.bayesnets.exact_posterior.ExactPosterior` with the same ``max_parents``.
+        seconds: a wall-clock budget in place of ``burn_in`` and ``thin`` (a baseline at matched wall clock): the chains
+            run for ``seconds``, the first ``burn_in_fraction`` of their steps discarded and ``n_samples`` states per
+            chain kept evenly spaced over the rest (:func:`sample_chains`); the run is then not a deterministic function
+            of its arguments.
+        burn_in_fraction: with ``seconds``, the share of the steps discarded.
 
     Returns:
         :class:`MCMCSamples`, ``acceptance`` of the structure moves.
     """
     _check("mh_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, theta_step)
+    budget = clock(seconds, burn_in_fraction, "mh_mc3")
     target, table = Target(model), _MoveTable(model.d, max_parents)
 
     def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
@@ -493,7 +523,9 @@ def mh_mc3(
         state, acc_theta = random_walk_step(state, target, rng, float(theta_step))
         return state, {"acc_G": acc_G, "acc_theta": acc_theta}
 
-    return sample_chains("mh_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)
+    return sample_chains(
+        "mh_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress, budget
+    )
 
 
 THETA_UPDATES = ("auto", "exact", "mala")
@@ -515,6 +547,8 @@ def gibbs_mc3(
     theta_moves: int = 1,
     progress: bool = False,
     max_parents: int | None = None,
+    seconds: float | None = None,
+    burn_in_fraction: float = 0.25,
 ) -> MCMCSamples:
     """Gibbs-MC3 on :math:`\\pi(G, \\theta) \\propto R(G, \\theta)`: an MC3 move on G given :math:`\\theta`, then a
     :math:`\\theta` update given G (Deleu et al. 2023, Table D.1 and section 5.2).
@@ -529,7 +563,8 @@ def gibbs_mc3(
 
     Args:
         model: a CPD model; ``theta_update="exact"`` needs ``theta_posterior(adj)`` (``LinearGaussian``).
-        n_samples, burn_in, thin, n_chains, seed, jump_std, progress, max_parents: as in :func:`mh_mc3`.
+        n_samples, burn_in, thin, n_chains, seed, jump_std, progress, max_parents, seconds, burn_in_fraction: as in
+            :func:`mh_mc3` (with ``seconds``, MALA adapts its step during the first ``burn_in_fraction`` of the time).
         theta_update: one of :data:`THETA_UPDATES`.
         theta_step, theta_moves: MALA's initial step and moves per step (``mala`` only).
 
@@ -537,6 +572,7 @@ def gibbs_mc3(
         :class:`MCMCSamples`; with ``exact``, each kept ``theta`` is an exact posterior draw given its graph.
     """
     _check("gibbs_mc3", model, n_samples, burn_in, thin, n_chains, jump_std, theta_step)
+    budget = clock(seconds, burn_in_fraction, "gibbs_mc3")
     if theta_update not in THETA_UPDATES:
         raise ValueError(f"gibbs_mc3: theta_update must be one of {THETA_UPDATES}, got {theta_update!r}")
     if int(theta_moves) != theta_moves or theta_moves < 1:
@@ -556,6 +592,7 @@ def gibbs_mc3(
 
     else:
         step, t = np.full(int(n_chains), float(theta_step)), 0  # per-chain MALA step; steps taken
+        adapt_until = None if budget is None else time.perf_counter() + budget.burn_in_fraction * budget.seconds  # with a wall-clock budget
 
         def kernel(state: ChainState, rng: np.random.Generator) -> tuple[ChainState, dict[str, np.ndarray]]:
             nonlocal step, t
@@ -563,9 +600,11 @@ def gibbs_mc3(
             moved = np.asarray(state.adj.any(axis=(1, 2)))  # chains with weights to move
             for _ in range(int(theta_moves)):
                 state, acc_theta = mala_step(state, target, rng, step)
-                if t < burn_in:
+                if (t < burn_in) if adapt_until is None else (time.perf_counter() < adapt_until):
                     step = adapt_step(step, acc_theta, moved, t)
             t += 1
             return state, {"acc_G": acc_G, "acc_theta": acc_theta}
 
-    return sample_chains("gibbs_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress)
+    return sample_chains(
+        "gibbs_mc3", kernel, init(target, int(n_chains)), int(n_samples), int(burn_in), int(thin), np.random.default_rng(int(seed)), progress, budget
+    )

@@ -32,7 +32,9 @@ class Budget:
     chain after ``mcmc_burn_in`` x ``mcmc_steps`` of burn-in; BCD Nets: draws of its variational posterior);
     ``bootstraps``: resamples of B-GES / B-PC; ``dibs_steps``, ``bcd_steps``, ``vbg_steps``: updates of DiBS, BCD Nets
     and VBG's GFlowNet (``vbg_rounds`` updates of its :math:`q(\\theta)` in between);
-    ``edges_per_node``: the expected degree their sparsity priors assume.
+    ``edges_per_node``: the expected degree their sparsity priors assume; ``mcmc_seconds``: where > 0, a wall-clock
+    budget of each MCMC baseline in place of ``mcmc_steps`` (its chains run that long; the share
+    ``mcmc_burn_in / (1 + mcmc_burn_in)`` of their steps, the one the step budget discards, is burn-in).
     """
 
     seed: int
@@ -48,6 +50,7 @@ class Budget:
     vbg_steps: int
     vbg_rounds: int
     bootstraps: int
+    mcmc_seconds: float = 0.0
 
 
 def _linear(model) -> bool:
@@ -64,6 +67,8 @@ def _mcmc(budget: Budget, model) -> dict[str, Any]:
         "n_chains": budget.mcmc_chains,
         "seed": budget.seed,
         "max_parents": budget.max_parents or None,
+        "seconds": budget.mcmc_seconds or None,
+        "burn_in_fraction": budget.mcmc_burn_in / (1 + budget.mcmc_burn_in),
     }
 
 

@@ -164,6 +164,11 @@ SETTINGS = {
         "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)",
         low=0.0,
     ),
+    "mcmc_budget": Setting(
+        "steps",
+        "steps: gibbs, mh and mc3-collapsed run mcmc_steps per chain (a step budget, as the papers); matched: each runs for the wall-clock seconds of this run's training (metrics' seconds), its chains thinned evenly to posterior_samples (baselines at matched wall clock)",
+        choices=("steps", "matched"),
+    ),
     "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
     "ema": ema_setting(0.999),
 }
@@ -264,18 +269,20 @@ def baseline_names(cfg: dict) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def budget(cfg: dict, seed: int) -> structure_baselines.Budget:
-    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names."""
-    return build(structure_baselines.Budget, cfg | {"seed": seed})
+def budget(cfg: dict, seed: int, seconds: float = 0.0) -> structure_baselines.Budget:
+    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names;
+    with ``mcmc_budget=matched``, the MCMC baselines' wall clock is ``seconds`` (the training's)."""
+    return build(structure_baselines.Budget, cfg | {"seed": seed, "mcmc_seconds": seconds if cfg["mcmc_budget"] == "matched" else 0.0})
 
 
-def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path) -> dict:
+def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path, seconds: float) -> dict:
     """Every baseline of the ``baseline`` setting on the same data, its metrics prefixed by its name (``b-ges`` -> ``b_ges_``):
     the sample metrics of :func:`sample_metrics` (held-out NLL where it has theta in the model's layout, E-SHD, AUROC) and,
-    with the exact posterior, its marginals' RMSEs and theta NLL. ``baselines.json`` records which ran and why others were skipped."""
+    with the exact posterior, its marginals' RMSEs and theta NLL. ``seconds``: the training's wall clock, the MCMC
+    baselines' with ``mcmc_budget=matched``. ``baselines.json`` records which ran and why others were skipped."""
     metrics, record = {}, {}
     for name in baseline_names(cfg):
-        result = structure_baselines.sample(name, problem.model, budget(cfg, seed))
+        result = structure_baselines.sample(name, problem.model, budget(cfg, seed, seconds))
         if isinstance(result, str):
             record[name] = f"skipped: {result}"
             print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
@@ -373,7 +380,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
             exact_draws = exact.sample(cfg["posterior_samples"], seeded_generator(int(torch.initial_seed())))
             metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
-    metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out)
+    metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out, history[-1]["seconds"])
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
     # Markov blankets: such keys are left out, as metrics.json holds finite numbers only
     metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}

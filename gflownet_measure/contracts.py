@@ -1,5 +1,7 @@
 """Shape contracts where a user's objects enter: each probe calls one object on given states and raises a one-line
-:class:`ContractError` naming the object, what it returned and what is expected.
+:class:`~gflownet_measure.contract_error.ContractError` (importable from here too) naming the object, what it returned
+and what is expected. The log-reward's probe is the graph's own,
+:meth:`~gflownet_measure.graph.PointedGraph.checked_log_reward`, which the rollouts run.
 
 Without them a wrong shape is silent or surfaces far away: a log-reward ``[B, 1]`` against the ``[B]`` terms of a loss
 broadcasts to a ``[B, B]`` residual and trains to a wrong :math:`\\log Z`; atoms of the wrong width or a policy whose
@@ -24,57 +26,20 @@ an :class:`MLPPolicy`             as many atom logits and heads as its kernel ha
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
 from .boxes import Box
 from .charts import Chart
+from .contract_error import ContractError, require, shape_of
+from .graph import PointedGraph
 from .measures import Measure
 from .networks import MLPPolicy, StateFlow
 from .sampled import SampledMeasure
 
-if TYPE_CHECKING:
-    from .graph import PointedGraph
-
-__all__ = ["ContractError", "checked_log_reward", "check_measure", "check_chart", "check_reference", "check_encode", "check_network", "check_states"]
-
-
-class ContractError(ValueError):
-    """An object a user wrote returned a tensor of the wrong shape or dtype, or a log-reward that is NaN or ``+inf``.
-
-    Its message is one line: the object, what it returned, what is expected."""
-
-
-def _shape(t: object) -> str:
-    """``[B, K]`` for a tensor, the type's name for anything else."""
-    return str(list(t.shape)) if isinstance(t, Tensor) else type(t).__name__
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ContractError(message)
-
-
-def checked_log_reward(graph: PointedGraph, x: Tensor) -> Tensor:
-    """``graph.log_reward(x)`` ``[B]`` at terminal states ``x [B, D]``, or a :class:`ContractError`.
-
-    A ``[B, 1]`` would broadcast against ``[B]`` terms into a ``[B, B]`` residual and train silently to a wrong log Z;
-    a NaN or ``+inf`` is no log-density (``-inf``, a zero reward, is one)."""
-    log_r = graph.log_reward(x)
-    _require(
-        isinstance(log_r, Tensor) and log_r.shape == x.shape[:1],
-        f"{graph.name}: log_reward returned {_shape(log_r)} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)",
-    )
-    _require(log_r.is_floating_point(), f"{graph.name}: log_reward returned dtype {log_r.dtype}; expected a floating-point tensor")
-    bad = torch.isnan(log_r) | (log_r == math.inf)
-    if bad.any():
-        i = int(bad.nonzero()[0])
-        raise ContractError(
-            f"{graph.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf"
-        )
-    return log_r
+__all__ = ["ContractError", "check_measure", "check_chart", "check_reference", "check_encode", "check_network", "check_states"]
 
 
 def _inside(box: Box, b: int, dtype: torch.dtype) -> Tensor:
@@ -92,7 +57,7 @@ def check_chart(chart: Chart, name: str, s: Tensor) -> None:
     B, D = s.shape
     k, slots = chart.domain.dim, tuple(chart.slots)
     written = sorted({*slots, *chart.fixed, *chart.advance})
-    _require(
+    require(
         all(0 <= i < D for i in written),
         f"{name}: writes coordinates {written} (slots, fixed, advance) of states of width {D}; expected coordinates 0 to {D - 1}",
     )
@@ -100,18 +65,18 @@ def check_chart(chart: Chart, name: str, s: Tensor) -> None:
     active = chart.active(s)
     u = u if active is None else torch.where(active, u, torch.zeros_like(u))
     y = chart._embed(s, u)
-    _require(
+    require(
         isinstance(y, Tensor) and y.shape == (B, len(slots)),
-        f"{name}: _embed returned {_shape(y)} for {B} anchors and u [{B}, {k}]; expected [{B}, {len(slots)}], one value per slot {list(slots)}",
+        f"{name}: _embed returned {shape_of(y)} for {B} anchors and u [{B}, {k}]; expected [{B}, {len(slots)}], one value per slot {list(slots)}",
     )
     x = chart.forward(s, u)
     back = chart.inverse(s, x)
-    _require(
+    require(
         isinstance(back, Tensor) and back.shape == (B, k),
-        f"{name}: inverse returned {_shape(back)} for {B} states; expected [{B}, {k}], the coordinates of its box",
+        f"{name}: inverse returned {shape_of(back)} for {B} states; expected [{B}, {k}], the coordinates of its box",
     )
     log_j = chart.log_abs_det_jacobian(s, u)
-    _require(isinstance(log_j, Tensor) and log_j.shape == (B,), f"{name}: log_abs_det_jacobian returned {_shape(log_j)} for u [{B}, {k}]; expected [{B}]")
+    require(isinstance(log_j, Tensor) and log_j.shape == (B,), f"{name}: log_abs_det_jacobian returned {shape_of(log_j)} for u [{B}, {k}]; expected [{B}]")
 
 
 def check_measure(measure: Measure, name: str, s: Tensor) -> None:
@@ -120,21 +85,21 @@ def check_measure(measure: Measure, name: str, s: Tensor) -> None:
     a = measure.atoms
     K = a.mask.shape[-1] if isinstance(a.mask, Tensor) and a.mask.dim() else 0
     for field, value, expected in (("mask", a.mask, (B, K)), ("sink", a.sink, (B, K)), ("log_mass", a.log_mass, (B, K)), ("x", a.x, (B, K, D))):
-        _require(
+        require(
             isinstance(value, Tensor) and value.shape == expected,
-            f"{name}: atoms.{field} is {_shape(value)} at {B} states of width {D}; expected {list(expected)}"
+            f"{name}: atoms.{field} is {shape_of(value)} at {B} states of width {D}; expected {list(expected)}"
             + (f" (one state of width {D} per atom slot)" if field == "x" else f" (B = {B} states, K = {K} atom slots)"),
         )
     for field, value in (("mask", a.mask), ("sink", a.sink)):
-        _require(value.dtype == torch.bool, f"{name}: atoms.{field} has dtype {value.dtype}; expected torch.bool")
+        require(value.dtype == torch.bool, f"{name}: atoms.{field} has dtype {value.dtype}; expected torch.bool")
     for c, p in enumerate(measure.pieces):
         piece = f"{name} piece {c} ({type(p.chart).__name__})"
-        _require(
-            isinstance(p.context, Tensor) and p.context.shape == (B, D), f"{piece}: context is {_shape(p.context)}; expected [{B}, {D}], the anchor states"
+        require(
+            isinstance(p.context, Tensor) and p.context.shape == (B, D), f"{piece}: context is {shape_of(p.context)}; expected [{B}, {D}], the anchor states"
         )
-        _require(
+        require(
             isinstance(p.mask, Tensor) and p.mask.shape == (B,) and p.mask.dtype == torch.bool,
-            f"{piece}: mask is {_shape(p.mask)} of dtype {getattr(p.mask, 'dtype', None)}; expected [{B}] of torch.bool",
+            f"{piece}: mask is {shape_of(p.mask)} of dtype {getattr(p.mask, 'dtype', None)}; expected [{B}] of torch.bool",
         )
         if p.mask.any():
             check_chart(p.chart, piece, p.context[p.mask])
@@ -144,14 +109,14 @@ def check_reference(graph: PointedGraph) -> None:
     """The contracts of ``graph.source`` and of its listed measures ``nu`` and ``terminal`` (what the states to probe
     the rest are drawn from); a sampled measure's draws are ``[n, D]``."""
     s0 = graph.source
-    _require(
+    require(
         isinstance(s0, Tensor) and s0.dim() == 1 and s0.is_floating_point(),
-        f"{graph.name}: source is {_shape(s0)} of dtype {getattr(s0, 'dtype', None)}; expected one floating-point state [D]",
+        f"{graph.name}: source is {shape_of(s0)} of dtype {getattr(s0, 'dtype', None)}; expected one floating-point state [D]",
     )
     for name, measure in (("nu", graph.nu), ("terminal", graph.terminal)):
         if isinstance(measure, SampledMeasure):
             x = measure.states(2)
-            _require(x.dim() == 2 and x.shape[1] == len(s0), f"{name} ({measure.label}): states returned {_shape(x)}; expected [n, {len(s0)}]")
+            require(x.dim() == 2 and x.shape[1] == len(s0), f"{name} ({measure.label}): states returned {shape_of(x)}; expected [n, {len(s0)}]")
         else:
             check_measure(measure, name, s0[None])
 
@@ -159,11 +124,11 @@ def check_reference(graph: PointedGraph) -> None:
 def check_encode(encode: Callable[[Tensor], Tensor], name: str, s: Tensor) -> int:
     """The width ``F`` of ``encode(s)``, after its contract: ``[B, F]``, floating point."""
     e = encode(s)
-    _require(
+    require(
         isinstance(e, Tensor) and e.dim() == 2 and len(e) == len(s),
-        f"{name}: encode returned {_shape(e)} for {len(s)} states; expected [{len(s)}, F], F features per state",
+        f"{name}: encode returned {shape_of(e)} for {len(s)} states; expected [{len(s)}, F], F features per state",
     )
-    _require(e.is_floating_point(), f"{name}: encode returned dtype {e.dtype}; expected a floating-point tensor")
+    require(e.is_floating_point(), f"{name}: encode returned dtype {e.dtype}; expected a floating-point tensor")
     return e.shape[1]
 
 
@@ -183,10 +148,10 @@ def check_network(network: nn.Module, name: str, s: Tensor) -> None:
         return
     label, n_in = f"{name} ({type(network).__name__})", _input_width(network)
     width = check_encode(network.encode, label, s)
-    _require(width == n_in, f"{label}: its network takes n_in={n_in} features, but encode returned [{len(s)}, {width}]; expected n_in={width}")
+    require(width == n_in, f"{label}: its network takes n_in={n_in} features, but encode returned [{len(s)}, {width}]; expected n_in={width}")
     if isinstance(network, MLPPolicy):
         m = network.kernel(s)
-        _require(
+        require(
             (network.n_atoms, len(network.heads)) == (m.atoms.count, len(m.pieces)),
             f"{label}: has {network.n_atoms} atom logits and {len(network.heads)} heads; expected {m.atoms.count} and {len(m.pieces)}, the atom slots and pieces its kernel returns",
         )
@@ -203,7 +168,7 @@ def check_states(graph: PointedGraph, states: Tensor, terminal: Tensor, networks
         if network is not None:
             check_network(network, name, states)
     if len(terminal):
-        checked_log_reward(graph, terminal)
+        graph.checked_log_reward(terminal)
     parts = ", ".join(f"{n.split('(')[0]} {m.atoms.count} atom slots and {len(m.pieces)} piece(s)" for n, m in kernels.items())
     return (
         f"{len(states)} states of width {graph.state_dim}, {len(terminal)} terminal: {parts}, encode width {width}, log_reward [{len(terminal)}] finite or -inf"

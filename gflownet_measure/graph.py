@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
 from torch import Tensor
 
-from .contracts import checked_log_reward
+from .contract_error import ContractError, require, shape_of
 from .kernels import Kernel
 from .measures import Measure
 from .sampled import SampledMeasure
@@ -54,7 +57,38 @@ class PointedGraph:
         """``[B]`` bool: :math:`x = s_0`."""
         return (x == self.source.to(x)).all(-1)
 
+    def with_reward_floor(self, floor: float) -> PointedGraph:
+        """This graph with the reward :math:`\\max(R, r_0)`, :math:`r_0` = ``floor`` > 0: where :math:`R = 0`
+        (:math:`\\log R = -\\infty`, which the theory allows) every trajectory objective's residual is infinite, and the
+        floor makes those states trainable. The sampler then targets :math:`\\max(R, r_0)`, whose extra mass is at most
+        :math:`r_0\\,\\nu(\\{R < r_0\\})` (docs/tutorial.md): score it against the true :math:`R` (this graph), train it
+        on the floored one."""
+        if not (math.isfinite(floor) and floor > 0):
+            raise ValueError(f"with_reward_floor: floor must be finite and > 0; got {floor!r}")
+        log_floor, log_reward = math.log(floor), self.log_reward
+        return dataclasses.replace(self, log_reward=lambda x: log_reward(x).clamp_min(log_floor))
+
     def checked_log_reward(self, x: Tensor) -> Tensor:
-        """``log_reward(x)`` ``[B]``, or a one-line :class:`~gflownet_measure.contracts.ContractError` (a ``ValueError``)
-        where its shape is not ``[B]`` or a value is NaN or ``+inf`` (:func:`~gflownet_measure.contracts.checked_log_reward`)."""
-        return checked_log_reward(self, x)
+        """``log_reward(x)`` ``[B]`` at terminal states ``x [B, D]``, or a one-line
+        :class:`~gflownet_measure.contract_error.ContractError` (a ``ValueError``) where its shape is not ``[B]`` or a
+        value is NaN or ``+inf``: the log-reward's shape contract (:mod:`gflownet_measure.contracts`).
+
+        A ``[B, 1]`` would broadcast against ``[B]`` terms into a ``[B, B]`` residual and train silently to a wrong log Z;
+        a NaN or ``+inf`` is no log-density (``-inf``, a zero reward, is one)."""
+        log_r = self.log_reward(x)
+        require(
+            isinstance(log_r, Tensor) and log_r.shape == x.shape[:1],
+            f"{self.name}: log_reward returned {shape_of(log_r)} for {len(x)} states; expected a tensor of shape [{len(x)}], one log-reward per state (squeeze a trailing dimension)",
+        )
+        require(log_r.is_floating_point(), f"{self.name}: log_reward returned dtype {log_r.dtype}; expected a floating-point tensor")
+        bad = torch.isnan(log_r) | (log_r == math.inf)
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            if not torch.isfinite(x[i]).all():  # the reward was handed a broken state: blame what made it
+                raise ContractError(
+                    f"{self.name}: a terminal state is non-finite, x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states; log_reward {log_r[i].item()} there): the policy or a kernel chart produced it (a diverged policy: lower the learning rate)"
+                )
+            raise ContractError(
+                f"{self.name}: log_reward is {log_r[i].item()} at x={x[i].tolist()} ({int(bad.sum())} of {len(x)} states); a log-reward must be finite or -inf"
+            )
+        return log_r

@@ -28,6 +28,7 @@ import math
 import torch
 from torch import Tensor
 
+from gflownet_measure.bayesnets.scores import LocalScores
 from gflownet_measure.gaussian import LOG_2PI
 
 __all__ = ["GRAPH_PRIORS", "CPDModel", "check_variance"]
@@ -65,6 +66,7 @@ class CPDModel(abc.ABC):
     kind: str  # "continuous" or "categorical": the data the model is defined for
     block: int  # parameters per node; n_params = d * block
     interventional = False  # whether the model takes interventions (its log_likelihood uses _observed_sum)
+    scores: LocalScores | None = None  # the lookahead's cache of a closed-form local marginal, where the model has one
 
     def __init__(self, data: Tensor, prior_var: float = 1.0, graph_prior: str = "uniform", edges_per_node: float = 1.0, interventions: Tensor | None = None):
         name = type(self).__name__

@@ -66,6 +66,7 @@ class LinearGaussian(CPDModel):
 
     kind = "continuous"
     interventional = True
+    scores: LocalScores  # the closed-form marginal's cache, set in __init__
 
     def __init__(
         self,

@@ -119,13 +119,11 @@ def bdeu_local_scores(data: Tensor, n_states: int, interventions: Tensor | None 
 
 
 def lookahead_scores(model, laplace: LaplaceCache | None = None) -> LocalScores:
-    """The :class:`LocalScores` whose gains the lookahead adds for a CPD ``model``: its own closed-form marginal (a
-    linear-Gaussian model), the BDeu score of its states (a categorical model), or the Laplace local marginal of its
-    per-node solves (a continuous MLP model: ``laplace``, the cache the solver head reads, or a new one on all rows;
-    :mod:`~gflownet_measure.bayesnets.laplace`)."""
-    from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
-
-    if isinstance(model, LinearGaussian):
+    """The :class:`LocalScores` whose gains the lookahead adds for a CPD ``model``: its own closed-form marginal
+    (``model.scores``: a linear-Gaussian model), the BDeu score of its states (a categorical model), or the Laplace
+    local marginal of its per-node solves (a continuous MLP model: ``laplace``, the cache the solver head reads, or a
+    new one on all rows; :mod:`~gflownet_measure.bayesnets.laplace`)."""
+    if model.scores is not None:
         return model.scores
     if model.kind == "categorical":
         return LocalScores(model.d, bdeu_local_scores(model.data, model.n_states, model.interventions), model.log_edge_odds)

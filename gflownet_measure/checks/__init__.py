@@ -46,12 +46,12 @@ import torch
 from ..densities import Policy
 from ..graph import PointedGraph
 from .continuity import check_continuity
-from .contracts import check_contracts, probe_contracts
 from .encoding import check_encoding
 from .integration import EXACT_RTOL, METHODS, Z_SCORE, integrate
 from .normalisation import FIT_DRAWS, PROPOSAL_WIDENING, check_normalised
 from .results import CONDITIONS, POWER, CheckResult, Report
 from .reversibility import check_reversibility
+from .shapes import check_contracts, probe_contracts
 from .structure import check_absorbing_sink, check_finite_absorption, check_reachability, check_sink_mass, check_source_has_no_parent
 from .support import check_charts, check_support
 

@@ -13,7 +13,7 @@ lowest energy of the training grid (a constant factor of R).
 Training reads a cached periodic grid (``grid`` points per angle at :math:`2\\pi(j + 1/2)/G`) of exact energies through periodic
 Catmull-Rom interpolation of :math:`\\log R`, the energies capped at :math:`E_{min} + 40\\, k_B T` (states with probability below
 :math:`e^{-40}`; the cap keeps the interpolant from ringing off rigid-rotation clashes of :math:`10^4` kJ/mol). Evaluation
-(:attr:`~gflownet_measure.environments.torus_targets.TorusTarget.log_reward_exact`) computes exact energies. The interpolation error is measured
+(:attr:`~gflownet_measure.environments.torus_base.TorusTarget.log_reward_exact`) computes exact energies. The interpolation error is measured
 at the grid's cell corners, the points farthest from its nodes, and reported in the target's ``info``.
 
 OpenMM is the ``molecule`` extra (``pip install 'gflownet-measure[molecule]'``); everything else works without it.
@@ -32,7 +32,7 @@ from torch import Tensor
 
 from gflownet_measure.metrics import grid_jsd
 
-from .torus_targets import TorusTarget, check_log_reward_grid, periodic_grid
+from .torus_base import TorusTarget, check_log_reward_grid, periodic_grid
 
 __all__ = ["STRUCTURE", "BACKBONE", "BASINS", "KB", "ENERGY_CAP", "validate", "dihedral", "Molecule", "periodic_cubic", "basin_of", "target"]
 
@@ -141,7 +141,7 @@ class Molecule:
     @staticmethod
     def _side(bonds: list[tuple[int, int]], n: int, cut: tuple[int, int], start: int) -> np.ndarray:
         """The atoms joined to ``start`` once the bond ``cut`` is removed (the part a torsion about that bond turns)."""
-        nbr = {i: [] for i in range(n)}
+        nbr: dict[int, list[int]] = {i: [] for i in range(n)}
         for a, b in bonds:
             if {a, b} != set(cut):
                 nbr[a].append(b)
@@ -160,9 +160,9 @@ class Molecule:
         """Positions ``[atoms, 3]`` (nm) of the structure with its torsions set to ``(phi, psi)`` (radians) by rigid rotation."""
         x = self.x0.copy()
         _, n_ala, ca, c, _ = self.backbone
-        turn = phi - dihedral(x[self.backbone[:4]])
+        turn = phi - float(dihedral(x[self.backbone[:4]]))
         x[self.phi_side] = _rotate(x[self.phi_side], x[n_ala], x[ca] - x[n_ala], turn)
-        turn = psi - dihedral(x[self.backbone[1:]])
+        turn = psi - float(dihedral(x[self.backbone[1:]]))
         x[self.psi_side] = _rotate(x[self.psi_side], x[ca], x[c] - x[ca], turn)
         return x
 

@@ -45,7 +45,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.measures import Measure
 from gflownet_measure.options import check_options, option, settings_of
 
-from .sde import PISNetwork, SDEKernel, _normal_rows, level_graph
+from .sde import PISNetwork, SDEKernel, _normal_rows, level_graph, level_kernels
 
 __all__ = ["DiffusionConfig", "SETTINGS", "ddpm_schedule", "Denoiser", "Noiser", "make_graph", "make_policies"]
 
@@ -82,6 +82,10 @@ def ddpm_schedule(T: int, beta_min: float, beta_max: float) -> tuple[Tensor, Ten
 
 class _Schedule(nn.Module):
     """The schedule as float32 buffers indexed by ``t - 1``, and the diffusion index of a state's level."""
+
+    log_beta_bar: Tensor
+    sqrt_keep: Tensor
+    eps_coef: Tensor
 
     def __init__(self, T: int, beta_min: float, beta_max: float):
         super().__init__()
@@ -129,6 +133,8 @@ class Noiser(Policy):
     ``learned``: :math:`\\phi` is a parameter (initialised at 0, the DDPM schedule); else a zero buffer (DDPM).
     """
 
+    phi: Tensor
+
     def __init__(self, kernel: SDEKernel, schedule: _Schedule, learned: bool):
         super().__init__(kernel)
         self.dim, self.schedule, self.c = kernel.dim, schedule, kernel.chart.scale[0]
@@ -165,4 +171,5 @@ def make_graph(config: DiffusionConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: DiffusionConfig) -> tuple[Denoiser, Noiser]:
     """``(P_F, P_B)`` sharing one schedule: the denoiser and the noising process (learned or the DDPM one)."""
     schedule = _Schedule(config.n_steps, config.beta_min, config.beta_max)
-    return Denoiser(graph.kappa, schedule, config.hidden), Noiser(graph.kappa_b, schedule, config.learn_backward)
+    kappa, kappa_b = level_kernels(graph)
+    return Denoiser(kappa, schedule, config.hidden), Noiser(kappa_b, schedule, config.learn_backward)

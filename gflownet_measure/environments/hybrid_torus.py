@@ -61,6 +61,7 @@ class HybridTorusKernel(Kernel):
         stay = s.clone()
         stay[:, n] = t + (1 if self.forward else -1)
         if self.forward:
+            assert self.torus is not None  # built for the forward kernel
             at_source, last = t == 0, t == self.n_steps
             moving = ~at_source & ~last
             atoms = Atoms(torch.where(last[:, None], s, stay)[:, None], torch.zeros(B, 1, dtype=s.dtype), (~at_source)[:, None], last[:, None])

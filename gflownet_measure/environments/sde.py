@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -58,6 +60,7 @@ __all__ = [
     "BrownianBridge",
     "sigma_of",
     "level_graph",
+    "level_kernels",
     "make_graph",
     "make_policies",
 ]
@@ -148,6 +151,8 @@ class SDEKernel(LevelKernel):
 class FourierTime(nn.Module):
     """:math:`\\gamma(t) = [\\sin(\\omega t + \\phi), \\cos(\\omega t + \\phi)]`, :math:`\\omega` = ``linspace(0.1, 100, C)``, learnable phase :math:`\\phi` (PIS)."""
 
+    omega: Tensor
+
     def __init__(self, n_harmonics: int):
         super().__init__()
         self.register_buffer("omega", torch.linspace(0.1, 100.0, n_harmonics))
@@ -158,9 +163,16 @@ class FourierTime(nn.Module):
         return torch.cat([torch.sin(a), torch.cos(a)], 1)
 
 
+def _linear(layer: nn.Module) -> nn.Linear:
+    """``layer``, a Linear layer of one of the networks here, typed as one (``nn.Sequential`` types its layers ``nn.Module``)."""
+    assert isinstance(layer, nn.Linear)
+    return layer
+
+
 def _zero_last(net: nn.Sequential, bias: float = 0.0) -> nn.Sequential:
-    nn.init.zeros_(net[-1].weight)
-    nn.init.constant_(net[-1].bias, bias)
+    last = _linear(net[-1])
+    nn.init.zeros_(last.weight)
+    nn.init.constant_(last.bias, bias)
     return net
 
 
@@ -188,12 +200,14 @@ class PISNetwork(nn.Module):
     def time_part(self, t: Tensor) -> Tensor:
         """:math:`\\tau(t) = W_1^t g(h_t(t)) + b_1` ``[len(t), hidden]``: what the first joint layer adds for the time ``t``."""
         (f, t1, _, t2), j1 = self.t_net, self.joint[1]
+        t1, t2, j1 = _linear(t1), _linear(t2), _linear(j1)
         h_t = F.linear(F.gelu(F.linear(f(t), t1.weight, t1.bias)), t2.weight, t2.bias)
         return torch.addmm(j1.bias, F.gelu(h_t), j1.weight[:, t2.out_features :].t())
 
     def forward(self, x: Tensor, t: Tensor, time_part: Tensor | None = None) -> Tensor:
         """:math:`f(x, t)` ``[B, n_out]``; ``time_part``: :math:`\\tau` at the rows' times ``[B, hidden]`` when the caller has it (``t`` is then unused)."""
         (x1, _, x2), (_, j1, _, j2, _, j3) = self.x_net, self.joint
+        x1, x2, j1, j2, j3 = _linear(x1), _linear(x2), _linear(j1), _linear(j2), _linear(j3)
         if time_part is None:
             times, index = torch.unique_consecutive(t, return_inverse=True)  # the distinct times, in runs (time-major batches: one run per time)
             time_part = self.time_part(times)
@@ -224,7 +238,14 @@ class EulerMaruyamaPolicy(Policy):
     """
 
     def __init__(
-        self, kernel: SDEKernel, sigma: float, hidden: int = 64, learned_variance: bool = False, log_reward=None, langevin: bool = False, clip: float = 1e4
+        self,
+        kernel: SDEKernel,
+        sigma: float,
+        hidden: int = 64,
+        learned_variance: bool = False,
+        log_reward: Callable[[Tensor], Tensor] | None = None,
+        langevin: bool = False,
+        clip: float = 1e4,
     ):
         super().__init__(kernel)
         n = kernel.dim
@@ -243,6 +264,7 @@ class EulerMaruyamaPolicy(Policy):
         )
 
     def _grad_log_reward(self, x: Tensor) -> Tensor:
+        assert self.log_reward is not None  # kept with the Langevin term, which alone calls this
         with torch.inference_mode(False), torch.enable_grad():  # also inside an inference-mode rollout: on a copy of x, an ordinary tensor
             xg = x.detach().clone().requires_grad_(True)
             (g,) = torch.autograd.grad(self.log_reward(xg).sum(), xg)
@@ -251,7 +273,9 @@ class EulerMaruyamaPolicy(Policy):
     def for_rollout(self):
         """The policy with its network's time part :math:`\\tau(t_k)` (:meth:`PISNetwork.time_part`) computed once for every level
         :math:`t_k = k/T`, ``k = 0..T``, and looked up at each step."""
-        omega = self.net.t_net[0].omega
+        fourier = self.net.t_net[0]
+        assert isinstance(fourier, FourierTime)
+        omega = fourier.omega
         levels = torch.arange(self.n_steps + 1, dtype=omega.dtype, device=omega.device) / self.n_steps
         return functools.partial(self, time_table=self.net.time_part(levels))
 
@@ -330,6 +354,13 @@ def level_graph(name: str, n: int, T: int, scale: float, log_reward) -> PointedG
     )
 
 
+def level_kernels(graph: PointedGraph) -> tuple[SDEKernel, SDEKernel]:
+    """``(kappa, kappa_b)`` of a :func:`level_graph`, typed as the :class:`SDEKernel` s they are (:class:`PointedGraph` types them
+    :class:`~gflownet_measure.kernels.Kernel`). A cast, not a test: a :class:`~gflownet_measure.kernels.Materialised` wrapper
+    of a kernel, which passes its attributes through, serves as well."""
+    return cast(SDEKernel, graph.kappa), cast(SDEKernel, graph.kappa_b)
+
+
 def make_graph(config: SDEConfig) -> PointedGraph:
     target = TARGETS[config.target]
     n, T, sigma = target.dim, config.n_steps, sigma_of(config)
@@ -339,5 +370,6 @@ def make_graph(config: SDEConfig) -> PointedGraph:
 def make_policies(graph: PointedGraph, config: SDEConfig):
     """``(P_F, P_B)``: the PIS-style Euler-Maruyama policy (optionally with learned variance or PIS-NN's Langevin term) and the Brownian bridge (optionally learned)."""
     sigma = sigma_of(config)
-    pf = EulerMaruyamaPolicy(graph.kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin, config.langevin_clip)
-    return pf, BrownianBridge(graph.kappa_b, sigma, config.learned_backward, config.hidden, config.backward_range)
+    kappa, kappa_b = level_kernels(graph)
+    pf = EulerMaruyamaPolicy(kappa, sigma, config.hidden, config.learned_variance, TARGETS[config.target].log_prob, config.langevin, config.langevin_clip)
+    return pf, BrownianBridge(kappa_b, sigma, config.learned_backward, config.hidden, config.backward_range)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from functools import cached_property
 from importlib import resources
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -35,7 +36,24 @@ from torch import Tensor
 
 from gflownet_measure.gaussian import LOG_2PI
 
-__all__ = ["GridMixture", "Funnel", "ManyWell", "CoxProcess", "TARGETS"]
+__all__ = ["SDETarget", "GridMixture", "Funnel", "ManyWell", "CoxProcess", "TARGETS"]
+
+
+class SDETarget(Protocol):
+    """What every target here has: a name, the dimension ``n``, :math:`\\log R` ``[B]`` at ``x [B, n]``, and its exact
+    :math:`\\log Z` (``None`` where it is not known). Most also sample exactly, give :meth:`cdf0` and :meth:`log_marginal01`
+    (module docstring): the classes say which."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def log_Z(self) -> float | None: ...
+
+    def log_prob(self, x: Tensor) -> Tensor: ...
 
 
 def _normal_cdf(z: Tensor) -> Tensor:
@@ -254,7 +272,7 @@ class CoxProcess:
         return torch.exp(x.double()).mean(0).reshape(self.grid, self.grid)
 
 
-TARGETS = {
+TARGETS: dict[str, SDETarget] = {
     "gmm9": GridMixture("gmm9", (-5.0, 0.0, 5.0)),
     "gmm25": GridMixture("gmm25", (-10.0, -5.0, 0.0, 5.0, 10.0)),
     "funnel": Funnel("funnel", 1.0),

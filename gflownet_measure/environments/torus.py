@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -206,7 +207,7 @@ def mlp_policies(
     (``learned``: its own MLP, the public code's ``shared_weights: False``; ``tied``: P_F's torso; ``uniform``).
     ``pf_angles`` / ``pb_angles``: the state coordinates each head moves, for ``config.location = absolute``
     (:func:`absolute_locations`)."""
-    n_in = graph.encode.width
+    n_in = cast(Encoder, graph.encode).width  # a torus_graph's encode (PointedGraph types it a function)
 
     def offset(heads: list, angles: list):
         return absolute_locations(n_atoms + len(heads), heads, angles) if config.location == "absolute" else None

@@ -187,6 +187,7 @@ def cmd_run(args) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available; valid here: cpu")
     _set_threads(args.threads)
+    seed_everything(seed)  # a validation that draws (a trial rollout) is a function of --seed too
     exp.validate(cfg)  # every setting and input, before the folder is touched
     if cfg.get("executor") == "ray":
         require_ray()
@@ -195,7 +196,7 @@ def cmd_run(args) -> int:
     if (args.world_size > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1) and exp.multi_run:
         raise ConfigError(f"{exp.name} trains many runs: spread them over processes with --set jobs=N, not --world-size")
     if args.world_size > 1:
-        return launch_replicas(args, out)
+        return launch_replicas(args, out, main)
     rank, size = init_from_env(device)
     out = broadcast_object(out)  # under torchrun without --out, rank 0's timestamp names the folder
     with contextlib.ExitStack() as stack:
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(e, MemoryError) and "allocate" not in str(e):
             raise
         print(
-            f"{PROG}: error: out of memory ({str(e).splitlines()[0][:120] or 'MemoryError'}); lower the batch size or the number of samples (batch_size, eval_samples, theta_samples, --samples)",
+            f"{PROG}: error: out of memory ({(str(e).strip().splitlines() or ['MemoryError'])[0][:120]}); lower the batch size or the number of samples (batch_size, eval_samples, theta_samples, --samples)",
             file=sys.stderr,
         )
         return 2

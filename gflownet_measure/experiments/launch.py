@@ -3,8 +3,9 @@ launched from the command line itself with torch's elastic launcher (the engine 
 
 The parent has already checked every setting (bad input stops there, with one line and exit code 2); it names the run
 folder for the replicas (``--out``), starts ``N`` processes on this machine with a rendezvous on a free local port, and
-returns rank 0's exit code. Each replica runs :func:`gflownet_measure.experiments.cli.main` with the same arguments, less
-``--world-size``: the command line's ``torchrun`` path (:mod:`gflownet_measure.distributed`).
+returns rank 0's exit code. Each replica runs the command line's entry point (:func:`gflownet_measure.experiments.cli.main`,
+which passes itself in) with the same arguments, less ``--world-size``: the command line's ``torchrun`` path
+(:mod:`gflownet_measure.distributed`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import uuid
 from pathlib import Path
+from typing import Callable
 
 __all__ = ["launch_replicas", "replica_argv"]
 
@@ -28,14 +30,9 @@ def replica_argv(args: argparse.Namespace, out: Path) -> list[str]:
     return argv
 
 
-def _replica(argv: list[str]) -> int:
-    from .cli import main  # imported in the replica's own process
-
-    return main(argv)
-
-
-def launch_replicas(args: argparse.Namespace, out: Path) -> int:
-    """Run ``args.world_size`` replicas of ``run`` (spawned, one machine) and return rank 0's exit code."""
+def launch_replicas(args: argparse.Namespace, out: Path, main: Callable[[list[str]], int]) -> int:
+    """Run ``args.world_size`` replicas of ``run`` (spawned, one machine) and return rank 0's exit code; each calls
+    ``main`` (a module-level function: the spawned process imports it by name) on :func:`replica_argv`."""
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
@@ -49,5 +46,5 @@ def launch_replicas(args: argparse.Namespace, out: Path) -> int:
         start_method="spawn",
         monitor_interval=0.1,
     )
-    codes = elastic_launch(config, _replica)(replica_argv(args, out))
+    codes = elastic_launch(config, main)(replica_argv(args, out))
     return codes[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,20 +25,20 @@ from gflownet_measure.bayesnets.datasets.csv_files import load_data
 from gflownet_measure.bayesnets.datasets.pgmpy_networks import PREFIX as PGMPY
 from gflownet_measure.bayesnets.datasets.pgmpy_networks import simulate_pgmpy
 from gflownet_measure.bayesnets.datasets.sachs import consensus_graph, discretise, sachs_split
-from gflownet_measure.bayesnets.datasets.simulated import simulate_er, simulate_mlp, simulate_zi
+from gflownet_measure.bayesnets.datasets.simulated import SimulatedData, simulate_er, simulate_mlp, simulate_zi
 from gflownet_measure.bayesnets.laplace import LaplaceCache
 from gflownet_measure.bayesnets.scores import lookahead_scores
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.environments.dag_params.network import DiagGaussianHead, FullGaussianHead, JSPNetwork
 from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.environments.dag_params.solver import SolverHead
-from gflownet_measure.environments.dag_params.space import make_space
+from gflownet_measure.environments.dag_params.space import dag_kernel, make_space
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.options import check_options, option, settings_of
 
 __all__ = ["DagParamsConfig", "SETTINGS", "MODELS", "MAX_NODES", "Problem", "make_problem", "make_graph", "make_policies", "solver_rows"]
 
-MODELS = {
+MODELS: dict[str, tuple[str, type[DiagGaussianHead] | type[FullGaussianHead]]] = {
     "lingauss-diag": ("lingauss", DiagGaussianHead),
     "lingauss-full": ("lingauss", FullGaussianHead),
     "mlp": ("mlp", DiagGaussianHead),
@@ -192,6 +193,7 @@ def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Proble
     """:func:`make_problem`'s work; ``stamps`` and ``device`` only key the cache."""
     cpd, _ = MODELS[config.model]
     valid = valid_mask = true_adj = mask = truth = None
+    names: Sequence[str]
     if config.data == "sachs":
         if cpd != "categorical-mlp":
             raise ValueError(
@@ -221,9 +223,11 @@ def _make_problem(config: DagParamsConfig, stamps: tuple, device: str) -> Proble
     elif cpd == "categorical-mlp":
         raise ValueError("model=categorical-mlp needs categorical data: give data=PATH.csv with integer states (0, 1, ...) in every column, or data=sachs")
     else:
-        simulate = {"mlp": simulate_mlp, "zi-mlp": simulate_zi}.get(cpd, simulate_er)
-        sim = simulate(config.d, config.edges_per_node, config.n_data, config.n_valid, seed=config.data_seed, obs_std=config.obs_var**0.5)
-        data, valid, true_adj, names = sim.train, sim.valid if config.n_valid else None, sim.adj, tuple(sim.names)
+        simulators: dict[str, Callable[..., SimulatedData]] = {"mlp": simulate_mlp, "zi-mlp": simulate_zi}
+        simulated = simulators.get(cpd, simulate_er)(
+            config.d, config.edges_per_node, config.n_data, config.n_valid, seed=config.data_seed, obs_std=config.obs_var**0.5
+        )
+        data, valid, true_adj, names = simulated.train, simulated.valid if config.n_valid else None, simulated.adj, tuple(simulated.names)
     if data.shape[1] > MAX_NODES:  # a CSV's columns or a pgmpy network's variables (simulated data are bounded by d)
         raise ValueError(
             f"data={config.data!r} has {data.shape[1]} columns (variables); the DAG space takes at most {MAX_NODES}: keep at most {MAX_NODES} columns"
@@ -263,10 +267,12 @@ def make_policies(graph: PointedGraph, config: DagParamsConfig, problem: Problem
     rows = solver_rows(config, model.n)
     laplace = LaplaceCache(model, rows, config.solver_starts, config.solver_iterations) if hasattr(model, "node_log_likelihood") else None
     if config.theta_head == "solver":
-        network.theta_head = SolverHead(network.theta_head, model, config.solver_steps, rows, laplace)
+        base = network.theta_head
+        assert isinstance(base, (DiagGaussianHead, FullGaussianHead))  # the fresh network's own head (MODELS)
+        network.theta_head = SolverHead(base, model, config.solver_steps, rows, laplace)
     # the lookahead reads all rows: it shares the solves when the solver head does too
     scores = lookahead_scores(model, laplace if rows is None else None) if config.uses_lookahead else None
-    return JSPPolicy(graph.kappa, network, scale, None if scores is None else scores.edge_gains, config.calibrate), UniformPolicy(graph.kappa_b)
+    return JSPPolicy(dag_kernel(graph), network, scale, None if scores is None else scores.edge_gains, config.calibrate), UniformPolicy(graph.kappa_b)
 
 
 def solver_rows(config: DagParamsConfig, n: int) -> Tensor | None:

@@ -40,8 +40,10 @@ def _mlp(n_in: int, hidden: int, n_out: int) -> nn.Sequential:
 
 
 def _zero_last(net: nn.Sequential) -> nn.Sequential:
-    nn.init.zeros_(net[-1].weight)
-    nn.init.zeros_(net[-1].bias)
+    last = net[-1]
+    assert isinstance(last, nn.Linear)  # every network here ends in a Linear (nn.Sequential types its layers nn.Module)
+    nn.init.zeros_(last.weight)
+    nn.init.zeros_(last.bias)
     return net
 
 
@@ -138,6 +140,8 @@ class DiagGaussianHead(nn.Module):
     :class:`~gflownet_measure.environments.dag_params.theta.DiagNormalTheta` on ``active(adj)``.
     """
 
+    to_flat: Tensor
+
     def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn):
         super().__init__()
         self.block, self.active = block_index.shape[1], active
@@ -171,6 +175,9 @@ class FullGaussianHead(nn.Module):
     :math:`\\mu = 0`, parent diagonals :math:`\\log 2`. Returns the :class:`~gflownet_measure.environments.dag_params.theta.FullNormalTheta` of
     ``loc [B, d(i), d(j)]`` and ``U [B, d(j), d, d]``.
     """
+
+    triu: Tensor
+    diag_at: Tensor
 
     def __init__(self, d: int, hidden: int, block_index: Tensor, active: ActiveFn):
         super().__init__()
@@ -228,7 +235,7 @@ class JSPNetwork(nn.Module):
         self.senders = _mlp(hidden, hidden, hidden)
         self.receivers = _mlp(hidden, hidden, hidden)
         self.stop = _mlp(hidden, hidden, 1)
-        self.theta_head = head(d, hidden, block_index, active)
+        self.theta_head: nn.Module = head(d, hidden, block_index, active)  # make_policies may swap in a SolverHead
 
     def trunk(self, adj: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``(nodes [B, d, h], globals [B, h], edge logits [B, d, d], stop logit [B])``: all but the parameter head, which

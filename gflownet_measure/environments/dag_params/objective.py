@@ -11,7 +11,7 @@ The transitions come from the core's :class:`~gflownet_measure.walkers.Walkers` 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -71,6 +71,7 @@ def transition_loss(
     delta_ij = undirected_subtb_residual(log_R[None], log_pf_stop[None], log_pf_edge, log_pb_edge, log_R_next[:, None], log_pf_stop_next[:, None])  # [S', S, B]
     loss = huber(delta_ij / scale, delta).mean()
     if penalty:
+        assert pen is not None and pen_next is not None  # _sampled_terms returns the penalty when asked for it
         loss = loss + 0.5 * (pen + pen_next).mean()
     return loss
 
@@ -87,7 +88,8 @@ class Transitions(NamedTuple):
 
 def _undirected_subtb(gfn: GFlowNet, batch: Transitions, theta_samples: int, delta: float, penalty: bool) -> Tensor:
     """:func:`transition_loss` of ``gfn``'s :math:`P_F` (a :class:`~.policy.JSPPolicy`) and :math:`P_B` on ``batch``."""
-    return transition_loss(gfn.pf, gfn.pb, batch.log_reward, batch.s, batch.s_next, theta_samples, batch.scale, delta, penalty)
+    # the objective is the DAG space's: its P_F is a JSPPolicy (GFlowNet types it Policy)
+    return transition_loss(cast(JSPPolicy, gfn.pf), gfn.pb, batch.log_reward, batch.s, batch.s_next, theta_samples, batch.scale, delta, penalty)
 
 
 UNDIRECTED_SUBTB = register(

@@ -69,6 +69,7 @@ def action_log_probs(
     if gains is not None:
         g = torch.where(flat, gains.flatten(1).to(logits.dtype), ninf)
         logits = logits + g
+        assert n_edges is not None, "action_log_probs: gains come with n_edges"
         lookahead = torch.where(any_valid, torch.logsumexp(g, 1), torch.zeros_like(stop_logit)) - torch.log1p(n_edges.to(logits.dtype))
         stop_logit = stop_logit - lookahead
     edges = torch.log_softmax(torch.where(any_valid[:, None], logits, torch.zeros_like(logits)), 1) + F.logsigmoid(-stop_logit)[:, None]
@@ -94,6 +95,8 @@ class JSPPolicy(Policy):
     to 0.4-0.6 in 1,500-2,000 updates at d = 20, and lower temperatures make the start worse, ELBO 5-460 nats lower at
     0.3-0.03; docs/results/jsp-gfn-d20.md.)
     """
+
+    kernel: DagKernel  # (or a Materialised wrapper of one, which passes its attributes through)
 
     def __init__(
         self, kernel: DagKernel, network: JSPNetwork, logit_scale: float = 1.0, gains: Callable[[Tensor], Tensor] | None = None, calibrate: bool = False

@@ -24,6 +24,7 @@ from gflownet_measure.bayesnets.cpd_base import CPDModel
 from gflownet_measure.buffers import TransitionBuffer
 from gflownet_measure.densities import Policy
 from gflownet_measure.environments.dag_params.objective import Transitions
+from gflownet_measure.environments.dag_params.space import dag_kernel
 from gflownet_measure.environments.dag_params.states import join, split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.walkers import Walkers
@@ -67,7 +68,7 @@ class EdgeReplay(nn.Module):
         exploration: Callable[[int], float],
     ):
         super().__init__()
-        self.d, self.model, self.data_rows, self.batch_size, self.exploration = graph.kappa.d, model, data_rows, batch_size, exploration
+        self.d, self.model, self.data_rows, self.batch_size, self.exploration = dag_kernel(graph).d, model, data_rows, batch_size, exploration
         self._pf = (pf,)  # a tuple keeps the policy out of this module's state
         self.walkers = Walkers(graph, walkers)
         self.replay = TransitionBuffer(capacity, self.d * self.d)

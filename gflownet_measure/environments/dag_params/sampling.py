@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from gflownet_measure.environments.dag_params.policy import JSPPolicy
+from gflownet_measure.environments.dag_params.space import dag_kernel
 from gflownet_measure.environments.dag_params.states import split
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.rollout import sample_forward
@@ -25,7 +26,7 @@ def posterior_samples(graph: PointedGraph, pf: JSPPolicy, n: int, numbers: int =
     ``d`` steps (``D`` numbers each; a dense d = 20 sample takes 30-40) stay near ``numbers``: 1,992 rollouts at d = 20."""
     if n < 1:
         raise ValueError(f"n={n}: ask for at least one sample")
-    d, D = graph.kappa.d, graph.state_dim
+    d, D = dag_kernel(graph).d, graph.state_dim
     chunk = max(1, min(n, numbers // (d * D)))
     gs, ts = [], []
     for k in range(0, n, chunk):

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gflownet_measure.bayesnets.laplace import LaplaceCache
-from gflownet_measure.environments.dag_params.network import FullGaussianHead
+from gflownet_measure.environments.dag_params.network import DiagGaussianHead, FullGaussianHead
 from gflownet_measure.environments.dag_params.theta import DiagNormalTheta, FullNormalTheta, MaskedNormalTheta
 
 __all__ = ["refine_mean", "SolverHead", "SCALE_OFFSET"]
@@ -131,7 +131,11 @@ class SolverHead(nn.Module):
             :math:`\\mu_0` and ``steps`` are not used; ``None``: the conjugate-gradient refinement of :math:`\\mu_0`.
     """
 
-    def __init__(self, base: nn.Module, model, steps: int, rows: Tensor | None = None, laplace: LaplaceCache | None = None):
+    rows: Tensor | None
+    groups: Tensor
+    theta_init: Tensor
+
+    def __init__(self, base: DiagGaussianHead | FullGaussianHead, model, steps: int, rows: Tensor | None = None, laplace: LaplaceCache | None = None):
         super().__init__()
         if steps < 0:
             raise ValueError(f"SolverHead: steps must be >= 0; got {steps}")
@@ -197,6 +201,7 @@ class SolverHead(nn.Module):
     def _laplace(self, raw_scale: Tensor, on: Tensor, graphs: Tensor) -> DiagNormalTheta:
         """:math:`\\mu = u^*(G)`, :math:`\\sigma_p = \\mathrm{softplus}(\\rho_p + c)\\, \\Lambda_{pp}^{-1/2}`: each node's cached conditional mode and the
         diagonal of its Laplace precision (:class:`~gflownet_measure.bayesnets.laplace.LaplaceCache`), constants to :math:`\\phi`."""
+        assert self.laplace is not None  # forward calls this with a cache only
         mode, precision = self.laplace.for_graphs(graphs)
         scale = F.softplus(raw_scale + SCALE_OFFSET) * precision.rsqrt().to(raw_scale.dtype)
         return DiagNormalTheta(torch.where(on, mode.to(raw_scale.dtype), 0.0), scale, on)

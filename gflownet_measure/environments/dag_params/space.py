@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -43,8 +44,9 @@ from gflownet_measure.environments.dag_params.states import ActiveFn, join, spli
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.kernels import ImplicitAtoms, Kernel
 from gflownet_measure.measures import Atoms, Box, Measure, Piece
+from gflownet_measure.sampled import SampledMeasure
 
-__all__ = ["ThetaChart", "DagKernel", "enumerated_measures", "make_space", "encode"]
+__all__ = ["ThetaChart", "DagKernel", "dag_kernel", "enumerated_measures", "make_space", "encode"]
 
 
 class ThetaChart(Chart):
@@ -193,6 +195,8 @@ def make_space(model, max_parents: int | None = None, name: str = "dag-params") 
     the data. :math:`\\nu` is enumerated for ``d <= 5``, an importance rule beyond."""
     d, P = model.d, model.n_params
     kappa = DagKernel(d, P, True, model.active, max_parents)
+    nu: Measure | SampledMeasure
+    terminal: Measure | SampledMeasure
     if d <= MAX_ENUMERATE:
         nu, terminal = enumerated_measures(d, P, kappa.chart, max_parents)
     else:
@@ -213,6 +217,13 @@ def make_space(model, max_parents: int | None = None, name: str = "dag-params") 
         max_length=d * (d - 1) // 2 + 2,
         encode=functools.partial(encode, d * d, P),
     )
+
+
+def dag_kernel(graph: PointedGraph) -> DagKernel:
+    """``graph.kappa`` of a :func:`make_space` graph, typed as the :class:`DagKernel` it is (:class:`PointedGraph` types it
+    :class:`~gflownet_measure.kernels.Kernel`). A cast, not a test: a :class:`~gflownet_measure.kernels.Materialised` wrapper
+    of the kernel, which passes its attributes through, serves as well."""
+    return cast(DagKernel, graph.kappa)
 
 
 def encode(n_flags: int, n_params: int, s: Tensor) -> Tensor:

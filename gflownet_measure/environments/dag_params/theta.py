@@ -64,7 +64,11 @@ class MaskedNormalTheta(Distribution):
         """``n`` reparametrised samples ``[n, B, P]``."""
         raise NotImplementedError
 
-    def rsample(self, sample_shape: torch.Size | tuple[int, ...] = torch.Size()) -> Tensor:
+    def __getitem__(self, rows) -> MaskedNormalTheta:
+        """The density of the graphs ``rows`` of the batch (a slice or a 1-D index)."""
+        raise NotImplementedError
+
+    def rsample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> Tensor:
         """Reparametrised :math:`\\theta \\sim P_\\phi(\\cdot \\mid G)`, ``[*sample_shape, B, P]``, exactly 0 off the active coordinates."""
         theta = self._draw(math.prod(sample_shape) if sample_shape else 1)
         return theta.reshape(*sample_shape, *theta.shape[1:]) if sample_shape else theta[0]

@@ -2,17 +2,23 @@
 checkpoint and resume, and a guard that stops on a non-finite loss, gradient or weight.
 
 Checkpoints and ``history.jsonl`` are written through :mod:`gflownet_measure.run_files` (never through a symbolic
-link, never outside the run folder); a checkpoint is written only from finite weights, and a resume skips one whose
-weights are not finite (one written by an earlier version), falling back to the one before it."""
+link, never outside the run folder); a checkpoint is written only from finite weights, with a SHA-256 digest of its
+content. A resume uses a checkpoint only when it is intact and fits the run: readable, its digest matching (one of an
+earlier version has none: a warning), its run id this run's, its step, time, states and random states well-formed, its
+weights finite; it skips one that is not, falling back to the one before it, so a damaged or crafted file ends in one
+line (a warning, or a :class:`CheckpointError`), never in a traceback or in a run resumed from wrong weights."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import pickle
 import random
 import time
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Callable, Mapping, cast
 
@@ -44,6 +50,8 @@ CHECKPOINTS = ("checkpoint.pt", "checkpoint.prev.pt")  # a run folder's last che
 TRUST_CHECKPOINTS = "GFLOWNET_MEASURE_TRUST_CHECKPOINTS"
 """Environment variable: set to 1 to resume from a checkpoint that holds pickled objects (one written before checkpoints
 became tensors and plain values). Unpickling such a file can run any code it carries: only for files you made."""
+_DIGEST = "sha256"  # the key of a checkpoint's digest of the rest of its content (:func:`_digest`)
+_MT_KEY = 624  # the Mersenne Twister's key: numpy's state holds that many numbers and a position from 0 to 624
 
 
 class TrainingDiverged(RuntimeError):
@@ -69,22 +77,138 @@ def _random_states() -> dict:
     return {"torch": torch.get_rng_state(), "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached], "python": random.getstate()}
 
 
+def _numpy_state(saved: list) -> tuple:
+    """numpy's legacy state tuple from what :func:`_random_states` saved of it."""
+    name, keys, pos, has_gauss, cached = saved
+    return name, keys.numpy().astype(np.uint32), pos, has_gauss, cached
+
+
 def _set_random_states(states: dict) -> None:
-    """Restore what :func:`_random_states` saved."""
-    name, keys, pos, has_gauss, cached = states["numpy"]
+    """Restore what :func:`_random_states` saved (checked by :func:`_random_states_problem`)."""
     torch.set_rng_state(states["torch"])
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    np.random.set_state(_numpy_state(states["numpy"]))
     random.setstate(states["python"])
+
+
+def _random_states_problem(states: object) -> str | None:
+    """Why ``states`` (what :func:`_random_states` saved) cannot be restored, or ``None``. Each state is restored into a
+    fresh generator of its own, which checks it as restoring this process's would, without touching this process's;
+    numpy's position in its key is checked first: numpy takes any, and one outside the key reads memory outside it (a
+    crash, found by a probe)."""
+    if not isinstance(states, Mapping):
+        return f"a {type(states).__name__}, not the states of torch, numpy and python"
+    try:
+        _, keys, pos, _, _ = states["numpy"]
+        if not (isinstance(keys, Tensor) and tuple(keys.shape) == (_MT_KEY,) and isinstance(pos, int) and 0 <= pos <= _MT_KEY):
+            return f"numpy's is not a key of {_MT_KEY} numbers and a position from 0 to {_MT_KEY}"
+        torch.Generator().set_state(states["torch"])
+        np.random.RandomState().set_state(_numpy_state(states["numpy"]))
+        random.Random().setstate(states["python"])
+    except Exception as e:  # whatever the generators raise on a malformed state (KeyError, TypeError, ValueError, RuntimeError)
+        return f"{type(e).__name__}: {_one_line(e)}"
+    return None
+
+
+def _feed(h: hashlib._Hash, value: object) -> None:
+    """Feed ``value`` (tensors and plain values, nested in mappings, lists and tuples: what a checkpoint holds) to the
+    hash ``h``, each value as its type, then its length or shape, then its content, so that different values never feed
+    the same bytes; a tensor as its dtype, shape and raw bytes (read on the CPU). ``TypeError`` for anything else (a
+    checkpoint never holds it)."""
+    if isinstance(value, Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        h.update(f"T{value.dtype}{tuple(value.shape)}:".encode())
+        h.update(flat.view(torch.uint8).numpy().data)
+    elif isinstance(value, Mapping):
+        h.update(f"D{len(value)}:".encode())
+        for k, v in value.items():
+            _feed(h, k)
+            _feed(h, v)
+    elif isinstance(value, (list, tuple)):
+        h.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)}:".encode())
+        for v in value:
+            _feed(h, v)
+    elif isinstance(value, (str, bytes)):
+        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+        h.update(f"{type(value).__name__}{len(data)}:".encode() + data)
+    elif value is None or isinstance(value, (bool, int, float, complex, torch.dtype, torch.device)):
+        h.update(f"{type(value).__name__}:{value!r};".encode())  # repr: exact for a float (it reads back the same)
+    else:
+        raise TypeError(f"a checkpoint holds tensors and plain values, not {type(value).__name__}")
+
+
+def _digest(state: Mapping) -> str:
+    """The SHA-256 digest (hex) of ``state``'s content, its digest aside (:func:`_feed`): saved in each checkpoint and
+    checked on resume, so a damaged file (a flipped bit on a disk, a copy cut short) is found before any of it is used.
+    Over the content rather than the file's bytes, so the digest travels inside the file (through the rename to
+    ``checkpoint.prev.pt``) and the file stays what ``torch.load`` reads."""
+    h = hashlib.sha256()
+    _feed(h, {k: v for k, v in state.items() if k != _DIGEST})
+    return h.hexdigest()
+
+
+def _digest_matches(state: Mapping) -> bool:
+    """Whether ``state``'s saved digest is the digest of its content; not where its content holds something a
+    checkpoint never holds (it cannot be the content that was digested)."""
+    try:
+        return state[_DIGEST] == _digest(state)
+    except Exception:  # a type, layout or device that _feed cannot read: nothing a checkpoint holds
+        return False
+
+
+def _state_problem(state: Mapping, steps: int) -> str | None:
+    """What makes ``state`` unfit to resume a run of ``steps`` updates, phrased after the file's name, or ``None``: a
+    step that is not a whole number from 0 to ``steps`` (1e9 would report a run finished, -50 would run 50 updates too
+    many), a time that is not a finite number >= 0, states that are not mappings, random states that cannot be
+    restored. Checked before anything is restored, so a crafted or damaged file is skipped, not a traceback."""
+    step, seconds = state.get("step"), state.get("seconds")
+    if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= steps):
+        return f"holds step {step!r}, not a whole number from 0 to {steps} (the run's steps)"
+    if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds >= 0):
+        return f"holds seconds {seconds!r}, not a finite number >= 0"
+    for key in ("model", "optimizer", "scheduler"):
+        if not (isinstance(state.get(key), Mapping) or (key == "scheduler" and state.get(key) is None)):
+            return f"holds a {type(state.get(key)).__name__} as its {key} state, not a mapping"
+    replicas = state.get("replica_rng", [])
+    if not isinstance(replicas, list):
+        return f"holds replica_rng of type {type(replicas).__name__}, not a list"
+    for rank, states in enumerate([state.get("rng"), *replicas]):
+        problem = _random_states_problem(states)
+        if problem:
+            return f"holds a random state (rank {rank}) that cannot be restored ({problem})"
+    return None
+
+
+def _run_id_problem(saved: object, current: dict) -> str | None:
+    """Why a checkpoint that saved the run id ``saved`` is not the run ``current``'s, or ``None``: ``saved`` must be
+    ``current`` (a checkpoint without one cannot be shown to be this run's)."""
+    if saved is None:
+        return "holds no run id (a checkpoint of an earlier version, or one made elsewhere), so it cannot be shown to be this run's"
+    if saved != current:
+        return f"belongs to another run (it differs in {', '.join(_differences(saved, current)) or 'its identity'})"
+    return None
+
+
+def _intact_archive(path: Path) -> bool:
+    """Whether ``path`` is a zip archive (what ``torch.save`` writes) whose every member matches its CRC-32: it tells a
+    file that really needs unpickling of other objects from one that is damaged (random bytes, a cut, a flipped bit)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip() is None
+    except Exception:  # not a zip archive, or a damaged one: whatever zipfile raises on it
+        return False
 
 
 def _read_checkpoint(path: Path) -> dict:
     """``torch.load`` of ``path`` with ``weights_only=True``: tensors and plain values only, so reading a run folder from
-    elsewhere cannot run code. A file that needs more is a :class:`CheckpointError`, unless :data:`TRUST_CHECKPOINTS` is set."""
+    elsewhere cannot run code. An intact archive that needs more is a :class:`CheckpointError`, unless
+    :data:`TRUST_CHECKPOINTS` is set; any other failure is raised as it is (a damaged file)."""
     try:
-        return torch.load(path, weights_only=True)
+        with warnings.catch_warnings():  # torch's own, on a damaged file (e.g. "pickle protocol 103"): the user gets one line of ours
+            warnings.simplefilter("ignore")
+            return torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:
-        if "Weights only load failed" not in str(e):
-            raise  # a corrupt file
+        if "Weights only load failed" not in str(e) or not _intact_archive(path):
+            raise  # a corrupt file: the weights-only unpickler also refuses random bytes and a damaged archive
         if os.environ.get(TRUST_CHECKPOINTS) == "1":
             return torch.load(path, weights_only=False)
         raise CheckpointError(
@@ -176,10 +300,12 @@ class Trainer:
             run's weights to another. ``None``: not recorded or checked.
         average: a :class:`WeightAverage` updated after every optimiser step (it must be part of ``model`` to be
             checkpointed), or ``None``.
+        on_row: called with each history row once it is appended to ``history.jsonl`` (rank 0 alone), e.g. to send it
+            to TensorBoard, or ``None``.
 
     Each checkpoint is written to a temporary file and renamed into place; the one before it is kept as
-    ``checkpoint.prev.pt``, so a resume falls back to it when the last one cannot be read (a truncated file, a disk
-    that filled up).
+    ``checkpoint.prev.pt``, so a resume falls back to it when the last one cannot be used (a truncated or damaged file,
+    a disk that filled up, a crafted one: see the module's docstring).
 
     In a process group of ``W`` replicas (:mod:`~gflownet_measure.distributed`), each update averages the replicas'
     gradients (an update of ``W * items_per_step`` items), every replica draws from its own random stream, and rank 0
@@ -203,6 +329,7 @@ class Trainer:
         grad_clip: float = 0.0,
         run_id: dict | None = None,
         average: WeightAverage | None = None,
+        on_row: Callable[[dict], None] | None = None,
     ):
         self.model, self.optimizer, self.scheduler, self.average = model, optimizer, scheduler, average
         self.step_fn, self.evaluate = step_fn, evaluate
@@ -212,6 +339,7 @@ class Trainer:
         self.checkpoint, self.previous = (self.out_dir / name for name in CHECKPOINTS)
         self.history_path = self.out_dir / "history.jsonl"
         self.seed = torch.initial_seed() if self.run_id is None else self.run_id.get("seed", torch.initial_seed())
+        self.on_row = on_row
 
     def _non_finite(self, state: Mapping[str, Tensor] | None = None) -> list[str]:
         """The names of the parameters of ``model`` that hold a NaN or an infinity, in the model or in its saved ``state``."""
@@ -243,11 +371,13 @@ class Trainer:
             "rng": rngs[0],
             "replica_rng": rngs[1:],  # ranks 1..W-1 (empty for one process)
         }
+        state[_DIGEST] = _digest(state)
         write_file(self.checkpoint, lambda f: torch.save(state, f), previous=self.previous.name)  # the last one becomes the previous
 
-    def _load(self) -> dict:
-        """The newest usable checkpoint (the last, else the one before it): readable, checked against ``run_id``, with
-        finite weights (a skipped one is a warning naming why)."""
+    def _load(self) -> tuple[Path, dict]:
+        """The newest usable checkpoint (the last, else the one before it) and its path: readable, its digest matching
+        its content (:func:`_digest`; a warning where it has none), its run id ``run_id`` (a refusal otherwise), its
+        fields sane (:func:`_state_problem`), its weights finite. A skipped one is a warning naming the file and why."""
         errors = []
         for path in (self.checkpoint, self.previous):
             if not path.exists():
@@ -257,30 +387,45 @@ class Trainer:
             except CheckpointError:
                 raise
             except Exception as e:  # a truncated or corrupt file: torch raises RuntimeError, EOFError or an unpickling error
-                errors.append(f"{path.name} cannot be read ({type(e).__name__})")
+                errors.append(f"{path.name} cannot be read (corrupt: {type(e).__name__})")
                 continue
-            saved = state.get("run_id")  # None in checkpoints written before run ids existed
-            if self.run_id is not None and saved is not None and saved != self.run_id:
-                raise CheckpointError(
-                    f"--resume: {path} belongs to another run (it differs in {', '.join(_differences(saved, self.run_id)) or 'its identity'}); start this run afresh in another folder, or with --overwrite"
-                )
-            bad = self._non_finite(state.get("model") if isinstance(state.get("model"), Mapping) else {})
+            if not isinstance(state, dict):
+                errors.append(f"{path.name} is not a checkpoint (it holds a {type(state).__name__})")
+                continue
+            if _DIGEST in state and not _digest_matches(state):
+                errors.append(f"{path.name} does not match its SHA-256 digest (corrupt)")
+                continue
+            problem = None if self.run_id is None else _run_id_problem(state.get("run_id"), self.run_id)
+            if problem:
+                raise CheckpointError(f"--resume: {path} {problem}; start this run afresh in another folder, or with --overwrite")
+            problem = _state_problem(state, self.steps)
+            if problem:
+                errors.append(f"{path.name} {problem}")
+                continue
+            bad = self._non_finite(state["model"])
             if bad:
                 errors.append(f"{path.name} holds non-finite weights ({bad[0]})")
                 continue
             if errors:
                 warnings.warn(f"{self.out_dir / errors[0]}; resuming from {path.name} (step {state['step']})", stacklevel=3)
-            return state
+            if _DIGEST not in state:
+                warnings.warn(f"{path} has no SHA-256 digest (a checkpoint of an earlier version): resumed from it unverified", stacklevel=3)
+            return path, state
         if errors:
             raise CheckpointError(f"--resume: no usable checkpoint in {self.out_dir} ({'; '.join(errors)}); start the run afresh with --overwrite")
         raise CheckpointError(f"--resume: no checkpoint in {self.out_dir}; start the run afresh with --overwrite")
 
     def _restore(self) -> tuple[int, float]:
-        state = self._load()
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        if self.scheduler and state["scheduler"]:
-            self.scheduler.load_state_dict(state["scheduler"])
+        path, state = self._load()
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler and state["scheduler"]:
+                self.scheduler.load_state_dict(state["scheduler"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:  # what load_state_dict raises on states of another shape
+            raise CheckpointError(
+                f"--resume: {path} does not fit this run's model or optimizer ({type(e).__name__}: {_one_line(e)}); start the run afresh with --overwrite"
+            ) from None
         rank, size = world()
         rngs = [state["rng"], *state.get("replica_rng", [])]
         if rank == 0 or len(rngs) == size:  # this replica's own streams
@@ -296,6 +441,8 @@ class Trainer:
         row = {"step": step, "trajectories": step * self.items_per_step * world()[1], "seconds": round(seconds, 3), "loss": loss}
         row.update(self.evaluate())
         append_text(self.history_path, json.dumps(row) + "\n")
+        if self.on_row is not None:
+            self.on_row(row)
         return row
 
     def run(self, resume: bool = False) -> list[dict]:
@@ -387,10 +534,19 @@ def _sums_finite(tensors: list[Tensor]) -> bool:
         return bool(torch.isfinite(torch.stack([t.sum() for t in tensors])).all())
 
 
-def _differences(saved: dict, current: dict) -> list[str]:
-    """The settings (then ``seed``, ``data``) in which two run ids differ."""
+def _differences(saved: object, current: dict) -> list[str]:
+    """The settings (then ``seed``, ``data``) in which two run ids differ; none where ``saved`` is not a run id at all."""
+    if not isinstance(saved, dict):
+        return []
     a, b = saved.get("settings", {}), current.get("settings", {})
-    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)) + [k for k in ("seed", "data") if saved.get(k) != current.get(k)]
+    settings = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)) if isinstance(a, dict) else ["settings"]
+    return settings + [k for k in ("seed", "data") if saved.get(k) != current.get(k)]
+
+
+def _one_line(error: BaseException, limit: int = 200) -> str:
+    """``error``'s message on one line (its whitespace runs made single spaces), cut to ``limit`` characters."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _parse_row(line: str) -> dict | None:

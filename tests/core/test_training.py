@@ -122,8 +122,9 @@ def test_non_finite_weights_are_never_checkpointed(tmp_path):
 
 
 def _poison(path):
-    """A checkpoint of an earlier version that saved a diverged model: one weight NaN."""
+    """A checkpoint of an earlier version (no digest) that saved a diverged model: one weight NaN."""
     state = torch.load(path, weights_only=True)
+    state.pop("sha256")
     state["model"][next(iter(state["model"]))].view(-1)[0] = float("nan")
     torch.save(state, path)
 
@@ -248,6 +249,7 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused(tmp_path, monkeypatch
     carrying any other pickled object is refused with a one-line error naming the variable that loads it knowingly."""
     _interrupted(tmp_path / "b")
     state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)  # what the Trainer writes loads safely
+    del state["sha256"]  # as a checkpoint of an earlier version, written before checkpoints had a digest
     torch.save(state | {"planted": _Planted()}, tmp_path / "b" / "checkpoint.pt")
     (tmp_path / "b" / "checkpoint.prev.pt").unlink()
     _, t = _trainer(tmp_path / "b")

@@ -33,7 +33,19 @@ import threading
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator, NamedTuple
 
-__all__ = ["MANIFEST", "RunFileError", "Inventory", "confined", "write_file", "write_text", "append_text", "make_folder", "start_manifest", "inventory"]
+__all__ = [
+    "MANIFEST",
+    "RunFileError",
+    "Inventory",
+    "confined",
+    "write_file",
+    "write_text",
+    "append_text",
+    "record_file",
+    "make_folder",
+    "start_manifest",
+    "inventory",
+]
 
 MANIFEST = "manifest.json"
 """The file that lists, in a folder a run writes, the names of the files it wrote there and of the folders it made."""
@@ -245,6 +257,19 @@ def append_text(path: Path, text: str) -> None:
             raise
         with os.fdopen(out, "ab") as f:
             f.write(text.encode())
+    finally:
+        os.close(fd)
+
+
+def record_file(path: Path) -> None:
+    """Record ``path``, a file that another library writes itself (TensorBoard's event files, whose names it chooses
+    when it creates them), in its folder's manifest, so that ``--overwrite`` deletes it with the run; call it as soon as
+    the file exists. A name that is a link, or not a plain file, is refused (:class:`RunFileError`)."""
+    path = Path(path)
+    fd = _folder_of(path)
+    try:
+        _check_name(fd, path)
+        _record(fd, path.parent, path.name, "files")
     finally:
         os.close(fd)
 

@@ -9,17 +9,46 @@ from typing import Any
 
 from gflownet_measure.options import Setting, check_options, option, settings_of
 
-__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "ema_setting", "training_settings"]
+__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "LOGGERS", "ema_setting", "training_settings", "tensorboard_writer"]
+
+LOGGERS = ("none", "tensorboard")
+"""Where a run's history rows also go (the ``logger`` setting): nowhere else, or TensorBoard event files in the run folder."""
+
+
+def tensorboard_writer() -> type:
+    """torch's ``SummaryWriter`` (:mod:`torch.utils.tensorboard`); a ``ValueError`` (one line, naming the extra) where the
+    optional ``tensorboard`` package is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ValueError(
+            "logger=tensorboard needs the tensorboard package, which is not installed: pip install 'gflownet-measure[tensorboard]', or run with logger=none"
+        ) from None
+    return SummaryWriter
+
+
+@dataclass(frozen=True)
+class _LoggerSetting(Setting):
+    """The ``logger`` setting: one of :data:`LOGGERS`, and ``tensorboard`` only where its package is installed. Checked with
+    the value, so that the command line stops (exit 2) while it resolves the settings, before it touches the run folder,
+    and a :class:`TrainingConfig` built in Python fails at once."""
+
+    def check(self, key: str, value: Any) -> None:
+        super().check(key, value)
+        if value == "tensorboard":
+            tensorboard_writer()
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
     """How :func:`~gflownet_measure.experiments.common.train_gflownet` trains: updates, batch, learning rates and their schedule, clipping,
-    evaluations, exploration.
+    evaluations, exploration, and where the history's scalars also go (``logger``).
 
     An experiment declares the fields it uses (:func:`training_settings`); one it leaves out keeps the default here,
     which is then never read: ``lr_logZ`` where the objective learns no log Z, ``lr_flow`` where there is no state flow,
     ``lr_backward`` where P_B is fixed or trains at ``lr``, ``epsilon`` where the experiment gives its own batches.
+    ``logger`` is declared by every experiment that trains (none leaves it out), so ``--set logger=tensorboard`` works for
+    each, tables included (their runs get it with the other training settings).
     """
 
     steps: int = option(3000, "gradient updates", low=1)
@@ -33,6 +62,16 @@ class TrainingConfig:
     eval_every: int = option(100, "updates between evaluations", low=1)
     epsilon: float = option(0.0, "probability of a uniform move while sampling training trajectories", low=0.0, high=1.0)
     lr_backward: float = option(0.0, "Adam learning rate of a learned P_B (0 = lr)", low=0.0)
+    logger: str = dataclasses.field(
+        default="none",
+        metadata={
+            "setting": _LoggerSetting(
+                "none",
+                "where the history's scalars also go, for live curves: none (history.jsonl only) or tensorboard (event files in the run folder's tensorboard/; pip install 'gflownet-measure[tensorboard]')",
+                choices=LOGGERS,
+            )
+        },
+    )
 
     def __post_init__(self):
         check_options(self)

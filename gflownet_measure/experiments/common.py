@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -23,24 +24,26 @@ import torch
 from torch import nn
 
 from gflownet_measure.checks import probe_contracts
+from gflownet_measure.contract_error import ContractError
 from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import log_densities, sample_forward
-from gflownet_measure.run_files import confined, is_confined, make_folder, write_text
+from gflownet_measure.run_files import confined, is_confined, make_folder, record_file, write_text
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
 from .run_folder import load_run_config, locked
 from .settings import ConfigError
-from .training_config import TrainingConfig
+from .training_config import TrainingConfig, tensorboard_writer
 
 __all__ = [
     "EXECUTION_SETTINGS",
     "SubRun",
     "WallClock",
+    "TensorBoardRows",
     "run_id",
     "write_json",
     "write_text",
@@ -72,12 +75,20 @@ EXECUTION_SETTINGS = {
 }
 
 
+REPORTING_SETTINGS = ("logger",)
+"""Settings that change where a run reports, never what it trains: left out of its identity (:func:`run_id`)."""
+
+
 def run_id(cfg: dict) -> dict:
     """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the seed
     (``torch.initial_seed()``, set from ``--seed`` before the run), the resolved settings, and the SHA-256 of every file a
-    setting names (``data=``: a resume refuses a checkpoint trained on other data, even under the same path)."""
+    setting names (``data=``: a resume refuses a checkpoint trained on other data, even under the same path).
+
+    The settings but :data:`REPORTING_SETTINGS`: they say where the run reports, not what it trains, so a checkpoint
+    written before one of them existed still resumes."""
     files = {k: _sha256(v) for k, v in cfg.items() if isinstance(v, str) and v and os.path.isabs(v) and os.path.isfile(v)}
-    return {"seed": torch.initial_seed(), "settings": cfg, "data": files or None}
+    settings = {k: v for k, v in cfg.items() if k not in REPORTING_SETTINGS}
+    return {"seed": torch.initial_seed(), "settings": settings, "data": files or None}
 
 
 def _sha256(path: str) -> str:
@@ -251,6 +262,56 @@ class WallClock:
         self._write()
 
 
+class TensorBoardRows:
+    """``logger=tensorboard``: each history row's finite numbers (every key but ``step``, under its own name: ``loss``,
+    ``trajectories``, ``seconds``, the evaluation's metrics) as TensorBoard scalars at the row's ``step``, written by
+    torch's ``SummaryWriter`` into ``out/tensorboard/`` and flushed at each row (each evaluation). Give it to
+    :class:`~gflownet_measure.training.Trainer` as ``on_row``; :meth:`close` at the end.
+
+    The writer is opened at the first row of each invocation (only the process that logs rows opens one: rank 0 of a
+    data-parallel run), so a ``--resume`` adds an event file of its own. It is opened with ``purge_step`` that first
+    row's step: TensorBoard then hides every event of the earlier files at that step or later, i.e. the rows that the
+    resume dropped from ``history.jsonl`` (evaluated after the checkpoint it continues from), and shows the curves that
+    the history holds. ``tensorboard/`` is made through :func:`~gflownet_measure.run_files.make_folder` (recorded in the
+    run's manifest, refused where it is a link) and each event file is recorded in its manifest as soon as the writer has
+    created it (:func:`~gflownet_measure.run_files.record_file`), so that ``--overwrite`` deletes them with the run.
+    """
+
+    FOLDER = "tensorboard"
+
+    def __init__(self, out: Path):
+        self.folder = Path(out) / self.FOLDER
+        self.writer = None
+
+    def __call__(self, row: dict) -> None:
+        step = row["step"]
+        if self.writer is None:
+            self.writer = self._open(step)
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def _open(self, step: int):
+        SummaryWriter = tensorboard_writer()
+        make_folder(self.folder)
+        before = set(os.listdir(self.folder))
+        writer = SummaryWriter(str(self.folder), purge_step=step)  # creates its event file, events.out.tfevents.<time>.<host>.<pid>.<n>
+        try:
+            for name in sorted(set(os.listdir(self.folder)) - before):
+                record_file(self.folder / name)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def close(self) -> None:
+        """Flush and close the event file (nothing where no row was logged)."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
 def make_scheduler(optimizer: torch.optim.Optimizer, training: TrainingConfig):
     """Every learning rate (all groups, log Z included) times ``lr_gamma`` at each multiple of ``lr_milestone``, or ``None``.
 
@@ -260,6 +321,23 @@ def make_scheduler(optimizer: torch.optim.Optimizer, training: TrainingConfig):
     if training.lr_milestone == 0:
         return None
     return torch.optim.lr_scheduler.StepLR(optimizer, training.lr_milestone, gamma=training.lr_gamma)
+
+
+def zero_reward(batch: object, step: int) -> None:
+    """A one-line :class:`~gflownet_measure.training.TrainingDiverged` naming the first terminal state of ``batch``
+    (where it holds trajectories) whose :math:`\\log R` is :math:`-\\infty`: a reward of 0 there, which the theory
+    allows, but where every trajectory objective's residual is infinite; nothing where no such state is in the batch
+    (the trainer then reports the non-finite loss itself)."""
+    traj = getattr(batch, "traj", None)
+    if not isinstance(traj, Trajectories):
+        return
+    zero = traj.log_R == -math.inf
+    if zero.any():
+        i = int(zero.nonzero()[0])
+        raise TrainingDiverged(
+            f"log R is -inf (R = 0) at the terminal state x={traj.terminal[i].tolist()} ({int(zero.sum())} of {len(zero)} trajectories of step {step}): "
+            "a trajectory objective's residual is infinite there; train on max(R, floor) (run MODULE:FACTORY --set reward_floor=1e-6, docs/tutorial.md) or keep such states out of the kernels' support"
+        )
 
 
 def train_gflownet(
@@ -290,7 +368,13 @@ def train_gflownet(
     (parameter-name prefix -> rate) other modules of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
 
     Before anything else, the shape contracts of ``graph``, ``gfn.pf``, ``gfn.pb`` and ``gfn.log_F`` are probed at a few
-    states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contracts.ContractError`, one line, where one fails).
+    states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contract_error.ContractError`, one line, where one fails).
+    In training, a :class:`~gflownet_measure.contract_error.ContractError` (a NaN log-reward, at a state the policy made
+    non-finite or not) and a non-finite loss from a reward of 0 (:func:`zero_reward`) stop with a one-line
+    :class:`~gflownet_measure.training.TrainingDiverged`, the last good checkpoint kept.
+
+    ``training.logger == "tensorboard"``: the history's rows also go to TensorBoard event files in ``out/tensorboard/``
+    (:class:`TensorBoardRows`), closed when training ends, however it ends.
     """
     with torch.random.fork_rng():  # the probe's draws leave the run's random stream as it was
         probe_contracts(graph, {"P_F": gfn.pf, "P_B": gfn.pb, "log_F": gfn.log_F}, CONTRACT_STATES)
@@ -304,10 +388,18 @@ def train_gflownet(
     optimizer = make_optimizer(gfn, training.lr, training.lr_logZ, training.lr_flow, training.lr_backward or None, lr_modules)
 
     def step_fn(step: int):
-        return objective(gfn, batches(step))
+        try:
+            batch = batches(step)
+            loss = objective(gfn, batch)
+        except ContractError as e:  # a NaN reward met in training, or a state the policy made non-finite
+            raise TrainingDiverged(f"{e} (met at step {step}); stopped, last good checkpoint kept in {out}") from None
+        if not torch.isfinite(loss):
+            zero_reward(batch, step)
+        return loss
 
     held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
     state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
+    rows = TensorBoardRows(out) if training.logger == "tensorboard" else None
     trainer = Trainer(
         state,
         optimizer,
@@ -321,8 +413,13 @@ def train_gflownet(
         training.grad_clip,
         identity,
         average,
+        on_row=rows,
     )
-    return trainer.run(resume)
+    try:
+        return trainer.run(resume)
+    finally:
+        if rows is not None:
+            rows.close()
 
 
 def configure(objective: Objective, cfg: Mapping) -> Objective:

@@ -46,6 +46,11 @@ SETTINGS = {
     "subtb_lambda": Setting(0.9, "SubTB weight lambda^(j-i)", low=0.0),
     "flow_hidden": Setting(64, "width of the state-flow MLP (db, subtb)", low=1),
     "eval_samples": Setting(2000, "fresh trajectories per evaluation and at the end, for the log Z estimates and samples.npz", low=2),
+    "reward_floor": Setting(
+        0.0,
+        "train on max(R, reward_floor), so that states where R = 0 (log R = -inf) are trainable; the log Z estimates still score the true R (docs/tutorial.md); 0 = off",
+        low=0.0,
+    ),
 }
 PRESETS = {
     # the tutorial's budget (docs/tutorial.md, section 8: 300 updates of 64 trajectories reach log Z within 0.002 there)
@@ -113,7 +118,8 @@ def user_experiment(target: str) -> Experiment:
             _, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
             return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw} | learned_log_Z(objective, gfn, graph)
 
-        history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
+        trained_on = graph.with_reward_floor(cfg["reward_floor"]) if cfg["reward_floor"] > 0 else graph
+        history = train_gflownet(gfn, trained_on, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
         traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
         x = traj.terminal.double().cpu().numpy()
         write_file(out / "samples.npz", lambda f: np.savez(f, x=x))

@@ -35,6 +35,7 @@ __all__ = [
     "TrainingDiverged",
     "CheckpointError",
     "HistoryError",
+    "read_history",
     "CHECKPOINTS",
     "TRUST_CHECKPOINTS",
     "has_checkpoint",
@@ -433,7 +434,7 @@ class Trainer:
         else:  # a resume at another world size: fresh, reproducible streams
             seed_everything(replica_seed(self.seed, rank, state["step"]))
         if is_main() and self.history_path.exists():  # drop evaluations logged after the checkpoint, and a line cut short by a kill
-            rows = [r for r in self._history() if r["step"] <= state["step"]]
+            rows = [r for r in read_history(self.history_path) if r["step"] <= state["step"]]
             write_text(self.history_path, "".join(json.dumps(r) + "\n" for r in rows))
         return state["step"], state["seconds"]
 
@@ -490,30 +491,32 @@ class Trainer:
         bar.close()
         if rank > 0:
             raise ReplicaFinished(f"replica {rank} of {size} finished {self.steps} updates; rank 0 evaluates and writes {self.out_dir}")
-        return self._history()
+        return read_history(self.history_path)
 
-    def _history(self) -> list[dict]:
-        """The rows of ``history.jsonl``, without blank lines and a last line that a killed process left unfinished; a
-        :class:`HistoryError` where the file is not UTF-8 or a row's ``step`` is not a whole number >= 0."""
-        path = self.history_path
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as e:
+
+def read_history(path: Path) -> list[dict]:
+    """The rows of a run's ``history.jsonl`` at ``path``, without blank lines and a last line that a killed process left
+    unfinished; a :class:`HistoryError` (one line, naming the file and line) where the file is not UTF-8 or a row's
+    ``step`` is not a whole number >= 0."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HistoryError(
+            f"{path} is not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}), so not a run's history; restore it, or start the run afresh with --overwrite"
+        ) from None
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        row = _parse_row(line)
+        if row is None:
+            continue
+        step = row["step"]
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
             raise HistoryError(
-                f"{path} is not UTF-8 text (byte {e.start} is {e.object[e.start : e.start + 1]!r}), so not a run's history; restore it, or start the run afresh with --overwrite"
-            ) from None
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
-            row = _parse_row(line)
-            if row is None:
-                continue
-            step = row["step"]
-            if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-                raise HistoryError(
-                    f"{path} line {number}: step is {json.dumps(step)}; valid: a whole number >= 0 (the update the row was logged after); restore the file, or start the run afresh with --overwrite"
-                )
-            rows.append(row)
-        return rows
+                f"{path} line {number}: step is {json.dumps(step)}; valid: a whole number >= 0 (the update the row was logged after); restore the file, or start the run afresh with --overwrite"
+            )
+        rows.append(row)
+    return rows
 
 
 def _all_finite(tensors: list[Tensor]) -> list[bool]:

@@ -20,7 +20,6 @@ policy (no exploration).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
 from gflownet_measure.options import Setting
 from gflownet_measure.rollout import sample_backward, sample_forward
 from gflownet_measure.run_files import write_file
-from gflownet_measure.training import seeded_generator
+from gflownet_measure.training import read_history, seeded_generator
 
 from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
 from .environment import make_environment
@@ -277,7 +276,7 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
     ]
     for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])):
         name = job.out.parent.name
-        runs.setdefault(name, []).append([json.loads(r) for r in (job.out / "history.jsonl").read_text().splitlines() if r.strip()])
+        runs.setdefault(name, []).append(read_history(job.out / "history.jsonl"))
         finals.setdefault(name, []).append(sub_metrics)
     panels = {f"rho = {rho}": [_name(loss, backward, r) for loss, backward, r in CONFIGS if r == rho] for rho in (0.25, 0.1)}
     # each run's metrics hold its references' floors (Reference.floors); the figures draw their mean over the runs

@@ -33,9 +33,10 @@ from gflownet_measure.training import CheckpointError, TrainingDiverged, has_che
 
 from . import EXPERIMENTS, get_experiment
 from .cluster import require_ray
-from .common import WallClock, write_json
+from .common import WallClock, run_id, write_json
 from .launch import launch_replicas
 from .memory import require_memory
+from .registry import RunContext
 from .run_folder import RunFolder, load_run_config, refuse_table_run
 from .settings import ConfigError, build, parse_assignments, resolve
 from .user_run import user_experiment
@@ -188,7 +189,7 @@ def cmd_run(args) -> int:
         raise ConfigError("--device cuda: no CUDA device is available; valid here: cpu")
     _set_threads(args.threads)
     seed_everything(seed)  # a validation that draws (a trial rollout) is a function of --seed too
-    exp.validate(cfg)  # every setting and input, before the folder is touched
+    exp.validate(exp.typed(cfg))  # every setting and input, before the folder is touched
     if cfg.get("executor") == "ray":
         require_ray()
     if args.world_size < 1:
@@ -229,7 +230,7 @@ def cmd_run(args) -> int:
         use_device(device)
         try:
             with WallClock(out, resume) if rank == 0 else contextlib.nullcontext() as clock:
-                metrics = exp.run(cfg, out, resume)
+                metrics = exp.start(cfg, RunContext(out, resume, seed, run_id(cfg, seed)))
         except ReplicaFinished:
             return 0
         except KeyboardInterrupt:

@@ -18,7 +18,7 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import torch
 from torch import nn
@@ -35,8 +35,9 @@ from gflownet_measure.run_files import confined, is_confined, make_folder, recor
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
+from .registry import RunContext
 from .run_folder import load_run_config, locked
-from .settings import ConfigError
+from .settings import ConfigError, build, flatten
 from .training_config import TrainingConfig, tensorboard_writer
 
 __all__ = [
@@ -79,16 +80,18 @@ REPORTING_SETTINGS = ("logger",)
 """Settings that change where a run reports, never what it trains: left out of its identity (:func:`run_id`)."""
 
 
-def run_id(cfg: dict) -> dict:
-    """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the seed
-    (``torch.initial_seed()``, set from ``--seed`` before the run), the resolved settings, and the SHA-256 of every file a
-    setting names (``data=``: a resume refuses a checkpoint trained on other data, even under the same path).
+def run_id(cfg: dict, seed: int | None = None) -> dict:
+    """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the ``seed``
+    (``--seed``, or a table's seed of the run; ``None``: ``torch.initial_seed()``, which the command line set from it, for
+    the experiments not typed yet), the resolved flat settings ``cfg``, and the SHA-256 of every file a setting names
+    (``data=``: a resume refuses a checkpoint trained on other data, even under the same path). The command line and
+    :func:`run_many` compute it where the flat settings are, into :attr:`~gflownet_measure.experiments.registry.RunContext.identity`.
 
     The settings but :data:`REPORTING_SETTINGS`: they say where the run reports, not what it trains, so a checkpoint
     written before one of them existed still resumes."""
     files = {k: _sha256(v) for k, v in cfg.items() if isinstance(v, str) and v and os.path.isabs(v) and os.path.isfile(v)}
     settings = {k: v for k, v in cfg.items() if k not in REPORTING_SETTINGS}
-    return {"seed": torch.initial_seed(), "settings": settings, "data": files or None}
+    return {"seed": torch.initial_seed() if seed is None else seed, "settings": settings, "data": files or None}
 
 
 def _sha256(path: str) -> str:
@@ -105,12 +108,15 @@ def write_json(path: Path, obj) -> None:
 
 
 class SubRun(NamedTuple):
-    """One run of a multi-run experiment: its folder, seed, settings and extra keyword arguments of the run function."""
+    """One run of a multi-run experiment: its folder, seed, flat settings (as ``config.json`` records them), extra
+    keyword arguments of the run function, and the typed settings type the run function takes (``dict``: the flat
+    settings, ``run_fn(cfg, out, resume)``; being retired), built from ``cfg`` when the run starts."""
 
     out: Path
     seed: int
     cfg: dict
     kwargs: dict = {}
+    settings_type: type = dict
 
 
 def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker: tuple[int, torch.device] | None = None) -> dict:
@@ -152,7 +158,12 @@ def _train_one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool) -
         seed_everything(job.seed)
         write_json(job.out / "config.json", {"seed": job.seed, "settings": job.cfg})
         try:
-            metrics = run_fn(job.cfg, job.out, resume and has_checkpoint(job.out), **job.kwargs)
+            resumed = resume and has_checkpoint(job.out)
+            if job.settings_type is dict:
+                metrics = run_fn(job.cfg, job.out, resumed, **job.kwargs)
+            else:
+                context = RunContext(job.out, resumed, job.seed, run_id(job.cfg, job.seed))
+                metrics = run_fn(build(job.settings_type, job.cfg), context, **job.kwargs)
         except TrainingDiverged as e:
             if not diverged_ok:
                 raise
@@ -422,10 +433,12 @@ def train_gflownet(
             rows.close()
 
 
-def configure(objective: Objective, cfg: Mapping) -> Objective:
-    """``objective`` with the hyper-parameters that the run's settings ``cfg`` set, by name
-    (:meth:`~gflownet_measure.objectives.Objective.options`); the others keep their defaults."""
-    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(cfg)})
+def configure(objective: Objective, settings: Any) -> Objective:
+    """``objective`` with the hyper-parameters that the run's settings set, by name (a typed settings dataclass, or the
+    flat settings of the experiments not typed yet; :meth:`~gflownet_measure.objectives.Objective.options`); the others
+    keep their defaults."""
+    flat = settings if isinstance(settings, Mapping) else flatten(settings)
+    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(flat)})
 
 
 def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> dict:

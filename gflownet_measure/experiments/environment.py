@@ -22,10 +22,11 @@ class Environment(NamedTuple):
     pb: Policy
 
 
-def make_environment(name: str, cfg: dict) -> Environment:
-    """The environment registered as ``name`` from the resolved settings ``cfg`` (its config's fields are read, the rest
-    ignored): the config, then the graph, then the policies (:class:`~gflownet_measure.environments.EnvironmentSpec`)."""
+def make_environment(name: str, config: Any) -> Environment:
+    """The environment registered as ``name`` from its typed ``config`` (or, for the experiments not typed yet, the
+    resolved flat settings, whose config fields are read): the config, then the graph, then the policies
+    (:class:`~gflownet_measure.environments.EnvironmentSpec`)."""
     spec = get_environment(name)
-    config = build(spec.config, cfg)
+    config = config if isinstance(config, spec.config) else build(spec.config, config)
     graph = spec.make_graph(config)
     return Environment(config, graph, *spec.make_policies(graph, config))

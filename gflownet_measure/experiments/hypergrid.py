@@ -6,7 +6,7 @@ policy (no exploration).
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,24 +16,33 @@ from gflownet_measure.exact import enumerate_states, terminating_distribution
 from gflownet_measure.metrics import l1_distance
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.run_files import write_file
 
-from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .common import configure, final_samples, learned_log_Z, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import plot_grid_pair, plot_history
-from .registry import Experiment, register
-from .settings import build
+from .registry import Experiment, RunContext, register
 from .training_config import TrainingConfig, training_settings
 
-SETTINGS = {
-    **env.SETTINGS,
-    **training_settings(without=("lr_backward",), epsilon=0.1),
-    "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False), aliases=("loss",)),
-    "subtb_lambda": Setting(0.9, "SubTB weight lambda^(j-i)", low=0.0),
-    "eval_samples": Setting(10000, "terminal samples saved and used for the log Z bounds", low=1),
-}
+
+@dataclass(frozen=True)
+class HypergridRun:
+    """The settings of ``run hypergrid``: the grid and its policies (:class:`~gflownet_measure.environments.hypergrid.HypergridConfig`),
+    the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`), and the experiment's own."""
+
+    space: env.HypergridConfig
+    training: TrainingConfig
+    objective: str = option("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False), aliases=("loss",))
+    subtb_lambda: float = option(0.9, "SubTB weight lambda^(j-i)", low=0.0)
+    eval_samples: int = option(10000, "terminal samples saved and used for the log Z bounds", low=1)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = {**env.SETTINGS, **training_settings(without=("lr_backward",), epsilon=0.1), **settings_of(HypergridRun)}
 
 PRESETS = {
     # 8 x 8: a lower L1 than 3,000 updates of 32 at lr 1e-3, in about half the time (docs/results.md, section 1: 'The quick preset')
@@ -42,9 +51,10 @@ PRESETS = {
 }
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
-    space, graph, pf, pb = make_environment("hypergrid", cfg)
-    objective = configure(get_objective(cfg["objective"]), cfg)
+def run(settings: HypergridRun, context: RunContext) -> dict:
+    space = settings.space
+    _, graph, pf, pb = make_environment("hypergrid", space)
+    objective = configure(get_objective(settings.objective), settings)
     log_F = StateFlow(graph.encode, space.ndim * space.height, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     states = enumerate_states(graph)
@@ -55,19 +65,19 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def evaluate() -> dict:
         return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target)} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
-    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
-    write_file(out / "samples.npz", lambda f: np.savez(f, x=traj.terminal.cpu().numpy().astype(np.int64)))
+    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, context.out, context.resume, evaluate)
+    traj, lower, iw = final_samples(graph, gfn, settings.eval_samples)
+    write_file(context.out / "samples.npz", lambda f: np.savez(f, x=traj.terminal.cpu().numpy().astype(np.int64)))
     p_T = terminating_distribution(graph, pf, states)
     l1 = l1_distance(p_T, target)
-    plot_history(history, "l1_to_target", out / "l1_to_target.png", f"hypergrid {cfg['ndim']}-D, H={cfg['height']}, {cfg['objective']}")
-    if cfg["ndim"] == 2:
-        shape = (cfg["height"], cfg["height"])
+    plot_history(history, "l1_to_target", context.out / "l1_to_target.png", f"hypergrid {space.ndim}-D, H={space.height}, {settings.objective}")
+    if space.ndim == 2:
+        shape = (space.height, space.height)
         plot_grid_pair(
             target.reshape(shape).cpu().numpy(),
             p_T.reshape(shape).cpu().numpy(),
-            out / "distribution.png",
-            f"{cfg['objective']}, P_B {cfg['backward']}: L1 = {l1:.3f}",
+            context.out / "distribution.png",
+            f"{settings.objective}, P_B {space.backward}: L1 = {l1:.3f}",
         )
     return {
         "l1_to_target": l1,
@@ -76,17 +86,22 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         "log_Z_lower_bound": lower,
         "log_Z_importance_weighted": iw,
         "seconds": history[-1]["seconds"],
-        "steps": cfg["steps"],
+        "steps": settings.training.steps,
         "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
     }
 
 
-def validate(cfg: dict) -> None:
-    """The grid's size, and the memory of one update: about 2.4 bytes per trajectory, step of the longest trajectory,
-    unit and layer of the MLP (measured at 8 x 8, hidden 128, 2 layers: 9.9 KB per trajectory)."""
-    build(env.HypergridConfig, cfg)  # the grid's size
-    max_length = cfg["ndim"] * (cfg["height"] - 1) + 2
-    require_memory(2.4 * cfg["batch_size"] * max_length * cfg["hidden"] * max(1, cfg["n_layers"]), f"batch_size={cfg['batch_size']}")
+def validate(settings: HypergridRun) -> None:
+    """The memory of one update (the grid's size is checked when the settings are built): about 2.4 bytes per
+    trajectory, step of the longest trajectory, unit and layer of the MLP (measured at 8 x 8, hidden 128, 2 layers:
+    9.9 KB per trajectory)."""
+    space, batch_size = settings.space, settings.training.batch_size
+    max_length = space.ndim * (space.height - 1) + 2
+    require_memory(2.4 * batch_size * max_length * space.hidden * max(1, space.n_layers), f"batch_size={batch_size}")
 
 
-register(Experiment("hypergrid", "discrete hypergrid with FM/DB/TB/SubTB; exact L1 between P_T and R/Z", SETTINGS, PRESETS, run, validate))
+register(
+    Experiment(
+        "hypergrid", "discrete hypergrid with FM/DB/TB/SubTB; exact L1 between P_T and R/Z", SETTINGS, PRESETS, run, validate, settings_type=HypergridRun
+    )
+)

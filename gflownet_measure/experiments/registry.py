@@ -4,36 +4,62 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 from gflownet_measure.options import Setting, lookup
 
-from .settings import ConfigError
+from .settings import ConfigError, build
 
-__all__ = ["Experiment", "EXPERIMENTS", "register", "get_experiment"]
+__all__ = ["Experiment", "RunContext", "EXPERIMENTS", "register", "get_experiment"]
 
 
-def _accept(cfg: dict) -> None:
+class RunContext(NamedTuple):
+    """Where and how a run runs, beside its settings: its folder ``out``, whether it continues the checkpoint there
+    (``resume``), its ``seed`` (``--seed``, or a table's seed of the run), from which every generator of the run is made,
+    and its ``identity`` (:func:`~gflownet_measure.experiments.common.run_id`: the seed, the flat settings and a digest
+    of the files they name), which its checkpoints record."""
+
+    out: Path
+    resume: bool
+    seed: int
+    identity: dict
+
+
+def _accept(settings: Any) -> None:
     """The default check: the settings' own types and ranges (:func:`~gflownet_measure.experiments.settings.resolve`) are all there is."""
 
 
 @dataclass(frozen=True)
 class Experiment:
-    """``run(cfg, out_dir, resume)`` writes config.json, history.jsonl, samples.npz, checkpoint.pt, PNGs, then metrics.json last.
+    """``run(settings, context)`` writes config.json, history.jsonl, samples.npz, checkpoint.pt, PNGs, then metrics.json
+    last; ``settings`` is the typed ``settings_type`` built from the resolved command-line settings
+    (:func:`~gflownet_measure.experiments.settings.build`: ``settings`` here is their flat schema, the keys ``--set``
+    takes), ``context`` a :class:`RunContext`.
 
-    ``validate(cfg)`` raises :class:`~gflownet_measure.experiments.settings.ConfigError` for settings that are each in range but do not
-    go together, inputs that cannot be read, or a batch that cannot fit in memory; the command line calls it before it
-    touches the run folder, so a bad setting never costs a finished run. ``multi_run``: the run trains sub-runs in
-    sub-folders (their checkpoints are there, not in ``out``).
+    ``validate(settings)`` raises :class:`~gflownet_measure.experiments.settings.ConfigError` for settings that are each
+    in range but do not go together, inputs that cannot be read, or a batch that cannot fit in memory; the command line
+    calls it before it touches the run folder, so a bad setting never costs a finished run. ``multi_run``: the run
+    trains sub-runs in sub-folders (their checkpoints are there, not in ``out``).
     """
 
     name: str
     description: str
     settings: dict[str, Setting]
     presets: dict[str, dict]
-    run: Callable[[dict, Path, bool], dict]
-    validate: Callable[[dict], None] = _accept
+    run: Callable[..., dict]
+    validate: Callable[[Any], None] = _accept
     multi_run: bool = False
+    settings_type: type = dict  # dict: not typed yet, run(cfg, out, resume) on the flat settings (being retired)
+
+    def typed(self, cfg: dict) -> Any:
+        """The settings ``run`` and ``validate`` take, from the resolved flat ``cfg``."""
+        return cfg if self.settings_type is dict else build(self.settings_type, cfg)
+
+    def start(self, cfg: dict, context: RunContext) -> dict:
+        """``run`` on the resolved flat ``cfg``: its metrics."""
+        if self.settings_type is dict:
+            return self.run(cfg, context.out, context.resume)
+        return self.run(self.typed(cfg), context)
 
 
 EXPERIMENTS: dict[str, Experiment] = {}

@@ -4,12 +4,13 @@ and the one error type (:class:`ConfigError`) that the command line prints as on
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
-from typing import Any, Sequence, TypeVar
+from typing import Any, Mapping, Sequence, TypeVar
 
 from gflownet_measure.options import Setting
 
-__all__ = ["ConfigError", "resolve", "parse_assignments", "build"]
+__all__ = ["ConfigError", "resolve", "parse_assignments", "build", "flatten"]
 
 T = TypeVar("T")
 
@@ -57,10 +58,30 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def build(cls: type[T], cfg: dict[str, Any]) -> T:
-    """The typed settings dataclass ``cls`` from the resolved settings ``cfg`` (its fields' keys); the ``ValueError``
-    of a value the dataclass rejects becomes a :class:`ConfigError`."""
+def build(cls: type[T], cfg: Mapping[str, Any]) -> T:
+    """The typed settings dataclass ``cls`` from the resolved settings ``cfg`` (its fields' keys), a field whose type is
+    itself a settings dataclass built from the same flat ``cfg`` (an experiment's settings compose its space's, its
+    training's and its own: :func:`flatten` is the inverse); a field whose key ``cfg`` lacks keeps its default. The
+    ``ValueError`` of a value a dataclass rejects becomes a :class:`ConfigError`."""
+    types = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]  # cls is a dataclass type (checked by fields)
+        kind = types.get(f.name)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            values[f.name] = build(kind, cfg)
+        elif f.name in cfg:
+            values[f.name] = cfg[f.name]
     try:
-        return cls(**{f.name: cfg[f.name] for f in dataclasses.fields(cls) if f.name in cfg})
+        return cls(**values)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def flatten(settings: Any) -> dict[str, Any]:
+    """The flat ``key -> value`` of a (composed) settings dataclass, as the command line and ``config.json`` name them:
+    the inverse of :func:`build` (nested dataclasses' fields at the top level, in field order)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        out |= flatten(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else {f.name: value}
+    return out

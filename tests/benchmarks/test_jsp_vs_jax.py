@@ -23,6 +23,7 @@ def test_refuses_without_the_public_code(tmp_path):
         main(["--jax-checkout", str(tmp_path), "--jax-python", sys.executable])
 
 
+@pytest.mark.slow  # the benchmark's child process imports torch and trains: about 3 s a case
 @pytest.mark.parametrize("penalty", [False, True])
 def test_our_side_runs_pinned_in_a_child(penalty):
     cpu = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0

@@ -257,7 +257,8 @@ def _outside(tmp_path) -> Path:
 LINKED = ("history.jsonl", "checkpoint.tmp", "samples.npz", "metrics.json.tmp")
 
 
-@pytest.mark.parametrize("name", LINKED)
+# each case trains its own run (about 0.5 s): the probe's checkpoint.tmp in the fast loop, the other names in the full suite
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "checkpoint.tmp" else [pytest.mark.slow]) for n in LINKED])
 def test_resume_refuses_a_folder_with_a_symlink_among_its_run_files(unfinished, tmp_path, name, capsys):
     """The probe's case: `cp -a RUN X; ln -s ~/notes.txt X/checkpoint.tmp; run hypergrid --out X --resume` replaced the
     notes. Refused before anything is written, naming the link."""
@@ -270,7 +271,10 @@ def test_resume_refuses_a_folder_with_a_symlink_among_its_run_files(unfinished, 
     assert target.read_text() == "my notes, outside the run folder" and _snapshot(unfinished) == before and (unfinished / name).is_symlink()
 
 
-@pytest.mark.parametrize("name, code", [("history.jsonl", 2), ("checkpoint.tmp", 0), ("samples.npz", 2), ("metrics.json.tmp", 0)])
+# each case trains its own run (about 0.9 s): one refused write and one temporary name in the fast loop
+@pytest.mark.parametrize(
+    "name, code", [("history.jsonl", 2), ("checkpoint.tmp", 0), pytest.param("samples.npz", 2, marks=pytest.mark.slow), pytest.param("metrics.json.tmp", 0, marks=pytest.mark.slow)]
+)
 def test_no_write_goes_through_a_symlink_even_unchecked(unfinished, tmp_path, name, code, monkeypatch, capsys):
     """Without the check on --resume (a link placed after it): the write that meets the link stops the run with one line
     (history.jsonl, samples.npz), or the link is a name no write uses (temporary files have fresh names); the target is
@@ -379,9 +383,10 @@ def test_a_checkpoint_with_non_finite_weights_is_skipped_on_resume(finished):
     "key, value, message",
     [
         ("seed", "abc", 'config.json: seed is "abc"; valid: a whole number from 0 to 4294967295'),
-        ("seed", 0.5, "config.json: seed is 0.5; valid: a whole number from 0 to 4294967295"),
-        ("seed", True, "config.json: seed is true; valid: a whole number from 0 to 4294967295"),
-        ("seed", 2**40, f"config.json: seed is {2**40}; valid: a whole number from 0 to 4294967295"),
+        # each case trains its own run (about 0.6 s): a bad seed and a bad device in the fast loop, the other seeds in the full suite
+        pytest.param("seed", 0.5, "config.json: seed is 0.5; valid: a whole number from 0 to 4294967295", marks=pytest.mark.slow),
+        pytest.param("seed", True, "config.json: seed is true; valid: a whole number from 0 to 4294967295", marks=pytest.mark.slow),
+        pytest.param("seed", 2**40, f"config.json: seed is {2**40}; valid: a whole number from 0 to 4294967295", marks=pytest.mark.slow),
         ("device", "tpu", 'config.json: device is "tpu"; valid: cpu, cuda'),
     ],
 )
@@ -399,7 +404,8 @@ def test_a_config_with_a_bad_seed_or_device_is_one_line_on_resume(finished, key,
     [
         (b'{"step": 10, "loss": 1.0}\n\xff\xfe{"step": 20}\n', "history.jsonl is not UTF-8 text (byte 26 is b'\\xff'), so not a run's history"),
         (b'{"step": null, "loss": 1.0}\n{"step": 20, "loss": 1.0}\n', "history.jsonl line 1: step is null; valid: a whole number >= 0"),
-        (b'{"step": 10, "loss": 1.0}\n{"step": "20", "loss": 1.0}\n', 'history.jsonl line 2: step is "20"; valid: a whole number >= 0'),
+        # each case trains its own run (about 0.5 s): a step of the wrong type on a later line, in the full suite
+        pytest.param(b'{"step": 10, "loss": 1.0}\n{"step": "20", "loss": 1.0}\n', 'history.jsonl line 2: step is "20"; valid: a whole number >= 0', marks=pytest.mark.slow),
     ],
 )
 def test_a_history_that_is_not_utf8_or_has_a_bad_step_is_one_line_on_resume(unfinished, history, message, capsys):

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from gflownet_measure.environments import torus as env
 from gflownet_measure.experiments.common import configure
 from gflownet_measure.experiments.environment import make_environment
-from gflownet_measure.experiments.local_search import backward_batch
+from gflownet_measure.experiments.local_search import LocalSearchConfig, backward_batch
 from gflownet_measure.experiments.settings import build
 from gflownet_measure.experiments.torus import Reference, make_batches
 from gflownet_measure.experiments.training_config import TrainingConfig
@@ -99,7 +99,7 @@ def load_run(run_dir: Path):
     gfn = GFlowNet(pf, pb, None)
     target = env.target_of(space)
     training = build(TrainingConfig, cfg)
-    batches = make_batches(gfn, graph, objective, training, target, cfg)
+    batches = make_batches(gfn, graph, objective, training, target, build(LocalSearchConfig, cfg))
     average = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None
     held = {"gfn": gfn} | ({"batches": batches} if batches is not None else {}) | ({"average": average} if average is not None else {})
     (gfn if len(held) == 1 else nn.ModuleDict(held)).load_state_dict(torch.load(checkpoint, weights_only=False)["model"])

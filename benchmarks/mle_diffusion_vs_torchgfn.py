@@ -156,14 +156,16 @@ def _train_ours(a, turns: Turns) -> dict:
     """Our diffusion GFlowNet: ``gflownet_measure.experiments.mle_diffusion``'s graph, objective and batches, the library's optimiser."""
     from gflownet_measure.environments.diffusion_data import load_data
     from gflownet_measure.experiments import mle_diffusion
+    from gflownet_measure.experiments.settings import build
     from gflownet_measure.likelihood import log_likelihood_bounds
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
     cfg = _ours_config(a.iterations)
     data = load_data("ring")
-    graph, gfn = mle_diffusion.make_gflownet(cfg, data)
-    objective, batches = mle_diffusion.objective_of(cfg), mle_diffusion.make_batches(gfn, graph, data, cfg)
+    settings = build(mle_diffusion.MleDiffusionRun, cfg)
+    graph, gfn = mle_diffusion.make_gflownet(settings.space, data)
+    objective, batches = mle_diffusion.objective_of(settings), mle_diffusion.make_batches(gfn, graph, data, settings)
     optimizer = make_optimizer(gfn, cfg["lr"], 0.0)
     params = [p for g in optimizer.param_groups for p in g["params"]]
 

@@ -298,7 +298,8 @@ class Trainer:
         grad_clip: max global gradient norm (``0``: off).
         run_id: what identifies the run (its seed, settings, a digest of its data): saved in every checkpoint, and a
             resume refuses a checkpoint saved with another one (:class:`CheckpointError`), so a folder cannot hand one
-            run's weights to another. ``None``: not recorded or checked.
+            run's weights to another; its ``seed`` (0 where it has none) is the seed the replicas' random streams
+            derive from in a process group. ``None``: not recorded or checked.
         average: a :class:`WeightAverage` updated after every optimiser step (it must be part of ``model`` to be
             checkpointed), or ``None``.
         on_row: called with each history row once it is appended to ``history.jsonl`` (rank 0 alone), e.g. to send it
@@ -339,7 +340,7 @@ class Trainer:
         self.run_id = None if run_id is None else json.loads(json.dumps(run_id))  # as it reads back from a checkpoint
         self.checkpoint, self.previous = (self.out_dir / name for name in CHECKPOINTS)
         self.history_path = self.out_dir / "history.jsonl"
-        self.seed = torch.initial_seed() if self.run_id is None else self.run_id.get("seed", torch.initial_seed())
+        self.seed = self.run_id.get("seed", 0) if isinstance(self.run_id, dict) else 0  # the replicas' streams derive from it
         self.on_row = on_row
 
     def _non_finite(self, state: Mapping[str, Tensor] | None = None) -> list[str]:

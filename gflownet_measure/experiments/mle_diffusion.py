@@ -23,8 +23,11 @@ log-variances (0 for DDPM's), ``log_beta [T]`` those log-variances :math:`\\log 
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -33,36 +36,87 @@ from gflownet_measure.environments import diffusion as env
 from gflownet_measure.environments.diffusion_data import DATASETS, DataSet, ImageFolderError, check_data, load_data
 from gflownet_measure.likelihood import log_likelihood_bounds
 from gflownet_measure.objectives import Batch, GFlowNet, get_objective
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
 from gflownet_measure.run_files import write_file
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, run_many, train_gflownet
 from .environment import make_environment
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
-from .registry import Experiment, register
+from .registry import Experiment, RunContext, register
 from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
-from .settings import ConfigError, build
+from .settings import ConfigError, flatten
 from .tables import write_table
-from .training_config import TrainingConfig, training_settings
+from .training_config import TRAINING_SETTINGS, TrainingConfig, training_settings
 
-SETTINGS = {
-    "data": Setting("moons", "training data: digits (sklearn 8x8), moons, ring (8 Gaussians), imagenet32 (data_dir)", choices=DATASETS),
-    "data_dir": Setting("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True),
-    **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
-    **training_settings(without=("lr_logZ", "lr_flow", "epsilon", "lr_backward")),  # no log Z, no state flow, batches of its own (data); lr_backward below
-    "backward_rule": Setting(
+
+@dataclass(frozen=True)
+class DataSource:
+    """The data a run trains on and is scored against (:mod:`gflownet_measure.environments.diffusion_data`)."""
+
+    data: str = option("moons", "training data: digits (sklearn 8x8), moons, ring (8 Gaussians), imagenet32 (data_dir)", choices=DATASETS)
+    data_dir: str = option("", "folder of the downsampled ImageNet 32x32 npz files (data=imagenet32)", path=True)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class BackwardRule:
+    """How a learned P_B trains (``learn_backward=true``), and MLE-GFN's consistency term (``backward_rule=tbc``); its
+    learning rate is the training's ``lr_backward``."""
+
+    backward_rule: str = option(
         "elbo",
         "how a learned P_B trains (learn_backward=true): elbo (the same bound as P_F, path-wise through reparametrised walks) or tbc (MLE-GFN, Zhang et al. 2023a: trajectory-balance consistency over tbc_samples walks per point, P_F by the bound with P_B held)",
         choices=("elbo", "tbc"),
-    ),
-    "tbc_weight": Setting(1.0, "backward_rule=tbc: alpha, the weight of the consistency term", low=0.0),
-    "tbc_samples": Setting(2, "backward_rule=tbc: K backward walks per data point (the batch holds batch_size x K walks)", low=2),
-    "lr_backward": Setting(0.0, "Adam learning rate of a learned P_B (0 = lr); the theory paper's appendix C.6: 2e-5 against 2e-4 for P_F", low=0.0),
-    "eval_points": Setting(0, "held-out points for the final NLL bounds (0 = the whole test set)", low=0),
-    "iw_samples": Setting(64, "K: backward trajectories per held-out point for the importance-weighted bound", low=1),
-    "monitor_points": Setting(256, "held-out points of the bound logged at each evaluation (one trajectory each)", low=1),
-    "n_samples": Setting(2000, "samples drawn from the trained model for the sample-quality scores and figures", low=2),
+    )
+    tbc_weight: float = option(1.0, "backward_rule=tbc: alpha, the weight of the consistency term", low=0.0)
+    tbc_samples: int = option(2, "backward_rule=tbc: K backward walks per data point (the batch holds batch_size x K walks)", low=2)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the trained model is scored on: the held-out points of the NLL bounds, and the samples of the sample-quality scores."""
+
+    eval_points: int = option(0, "held-out points for the final NLL bounds (0 = the whole test set)", low=0)
+    iw_samples: int = option(64, "K: backward trajectories per held-out point for the importance-weighted bound", low=1)
+    monitor_points: int = option(256, "held-out points of the bound logged at each evaluation (one trajectory each)", low=1)
+    n_samples: int = option(2000, "samples drawn from the trained model for the sample-quality scores and figures", low=2)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class MleDiffusionRun:
+    """The settings of ``run mle-diffusion``: the data (:class:`DataSource`), the schedule, denoiser and P_B
+    (:class:`~gflownet_measure.environments.diffusion.DiffusionConfig`; its ``dim`` is not a setting: the data's, set
+    when the run loads them), the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`), the
+    rule of a learned P_B (:class:`BackwardRule`) and the scores (:class:`Evaluation`)."""
+
+    source: DataSource
+    space: env.DiffusionConfig
+    training: TrainingConfig
+    backward: BackwardRule
+    evaluation: Evaluation
+
+
+LR_BACKWARD = dataclasses.replace(
+    TRAINING_SETTINGS["lr_backward"], help="Adam learning rate of a learned P_B (0 = lr); the theory paper's appendix C.6: 2e-5 against 2e-4 for P_F"
+)
+"""The training's ``lr_backward`` (:attr:`TrainingConfig.lr_backward`), with this experiment's help."""
+
+SETTINGS = {
+    **settings_of(DataSource),
+    **{k: v for k, v in env.SETTINGS.items() if k != "dim"},  # the dimension is the data's
+    **training_settings(without=("lr_logZ", "lr_flow", "epsilon", "lr_backward")),  # no log Z, no state flow, batches of its own (data); lr_backward below
+    **settings_of(BackwardRule),
+    "lr_backward": LR_BACKWARD,
+    **settings_of(Evaluation),
 }
 
 PRESETS = {
@@ -113,20 +167,21 @@ PRESETS = {
 }
 
 
-def _validate(cfg: dict) -> None:
-    """The data must be there (the ImageNet-32 folder: a one-line error naming what is missing) and the settings consistent."""
+def validate(settings: MleDiffusionRun) -> None:
+    """The data must be there (the ImageNet-32 folder: a one-line error naming what is missing) and ``data_dir`` read
+    (the schedule's consistency is checked when the settings are built)."""
+    source = settings.source
     try:
-        check_data(cfg["data"], cfg["data_dir"])
+        check_data(source.data, source.data_dir)
     except ImageFolderError as e:
         raise ConfigError(str(e)) from None
-    if cfg["data_dir"] and cfg["data"] != "imagenet32":
-        raise ConfigError(f"data_dir is read only with data=imagenet32, not data={cfg['data']}; drop it or set data=imagenet32")
-    build(env.DiffusionConfig, cfg | {"dim": 1})
+    if source.data_dir and source.data != "imagenet32":
+        raise ConfigError(f"data_dir is read only with data=imagenet32, not data={source.data}; drop it or set data=imagenet32")
 
 
-def make_gflownet(cfg: dict, data: DataSet):
-    """The graph and a fresh GFlowNet (the denoiser, the noising process) for ``cfg`` on ``data``."""
-    _, graph, pf, pb = make_environment("diffusion", cfg | {"dim": data.dim})
+def make_gflownet(space: env.DiffusionConfig, data: DataSet):
+    """The graph and a fresh GFlowNet (the denoiser, the noising process) of ``space`` on ``data`` (its ``dim`` is the data's)."""
+    _, graph, pf, pb = make_environment("diffusion", dataclasses.replace(space, dim=data.dim))
     return graph, GFlowNet(pf, pb)
 
 
@@ -135,25 +190,27 @@ def data_states(x: torch.Tensor, n_steps: int) -> torch.Tensor:
     return torch.cat([x, torch.full((len(x), 1), float(n_steps + 1), dtype=x.dtype)], 1)
 
 
-def objective_of(cfg: dict):
+def objective_of(settings: MleDiffusionRun):
     """The registered objective of a run, its hyper-parameters set: ``mle_tbc`` for a learned P_B under ``backward_rule=tbc``, else ``mle``."""
-    return configure(get_objective("mle_tbc" if cfg["learn_backward"] and cfg["backward_rule"] == "tbc" else "mle"), cfg)
+    tbc = settings.space.learn_backward and settings.backward.backward_rule == "tbc"
+    return configure(get_objective("mle_tbc" if tbc else "mle"), settings)
 
 
-def make_batches(gfn: GFlowNet, graph, data: DataSet, cfg: dict):
+def make_batches(gfn: GFlowNet, graph, data: DataSet, settings: MleDiffusionRun) -> Callable[[int], Batch]:
     """``step -> Batch``: ``batch_size`` training points (fresh dequantisation) walked back with :math:`P_B`: once each,
     reparametrised when :math:`P_B` is learned by the bound; ``tbc_samples`` times each, not reparametrised, under
     MLE-GFN's rule (the K blocks of :func:`~gflownet_measure.objectives` ``mle_tbc``)."""
-    tbc = objective_of(cfg).name == "mle_tbc"
-    pathwise = cfg["learn_backward"] and not tbc
+    tbc = objective_of(settings).name == "mle_tbc"
+    pathwise = settings.space.learn_backward and not tbc
     walk = rsample_backward if pathwise else sample_backward
+    batch_size, tbc_samples, n_steps = settings.training.batch_size, settings.backward.tbc_samples, settings.space.n_steps
 
     def batches(step: int) -> Batch:
-        idx = torch.randint(len(data.train), (cfg["batch_size"],), device="cpu").numpy()  # the training set stays in host memory
+        idx = torch.randint(len(data.train), (batch_size,), device="cpu").numpy()  # the training set stays in host memory
         x = data.to_model(data.train[idx])
         if tbc:
-            x = x.repeat(cfg["tbc_samples"], 1)
-        return Batch(graph, walk(graph, gfn.pb, data_states(x, cfg["n_steps"])), pathwise=pathwise)
+            x = x.repeat(tbc_samples, 1)
+        return Batch(graph, walk(graph, gfn.pb, data_states(x, n_steps)), pathwise=pathwise)
 
     return batches
 
@@ -181,7 +238,7 @@ def sample_quality(data: DataSet, x: torch.Tensor) -> dict:
     else:
         samples, ref = data.to_data(x), data.test
     out = {"mmd2": mmd_rbf(samples, ref)}
-    if data.train_labels is not None:
+    if data.train_labels is not None and data.test_labels is not None:  # digits
         features = DigitsFeatures(data.train, data.train_labels)
         out |= {
             "fd_digits": frechet_distance(features(samples), features(data.test)),
@@ -213,6 +270,7 @@ def _variance_figure(runs: list[tuple[str, Path]], path: Path, title: str) -> No
 @optional_figure
 def _image_grid(data: DataSet, samples: np.ndarray, path: Path, title: str) -> None:
     """Held-out images beside model samples, 10 x 10 each (grey levels; the first channel of colour images as RGB)."""
+    assert data.image_shape is not None  # an image set: _figure calls it for those only
     C, H, W = data.image_shape
     fig, axes = plt.subplots(1, 2, figsize=(8, 4.2))
     for ax, (name, imgs) in zip(axes, (("held-out data", data.test[:100]), ("samples", samples[:100]))):
@@ -238,36 +296,38 @@ def _figure(data: DataSet, x: torch.Tensor, path: Path, title: str) -> None:
     plot_sample_panels(hist, (lo[0], hi[0], lo[1], hi[1]), {"held-out data": ref, "samples": data.to_data(x)}, path, title)
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
-    data = load_data(cfg["data"], cfg["data_dir"])
-    graph, gfn = make_gflownet(cfg, data)
-    T = cfg["n_steps"]
-    n_eval = cfg["eval_points"] or len(data.test)
+def run(settings: MleDiffusionRun, context: RunContext) -> dict:
+    source, evaluation, out = settings.source, settings.evaluation, context.out
+    data = load_data(source.data, source.data_dir)
+    graph, gfn = make_gflownet(settings.space, data)
+    T = settings.space.n_steps
+    n_eval = evaluation.eval_points or len(data.test)
     held_out = data.to_model(data.test[:n_eval], torch.Generator().manual_seed(0))  # one fixed dequantisation
-    monitor = data_states(held_out[: cfg["monitor_points"]], T)
+    monitor = data_states(held_out[: evaluation.monitor_points], T)
 
     def evaluate() -> dict:
         elbo, _ = log_likelihood_bounds(graph, gfn.pf, gfn.pb, monitor, 1)
         return {k: v for k, v in _nll_metrics(data, elbo, elbo).items() if "bound" in k and not k.endswith("_se")}
 
-    history = train_gflownet(gfn, graph, objective_of(cfg), build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, data, cfg))
-    elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), cfg["iw_samples"])
-    x = _samples(graph, gfn, cfg["n_samples"])
+    batches = make_batches(gfn, graph, data, settings)
+    history = train_gflownet(gfn, graph, objective_of(settings), settings.training, context.identity, out, context.resume, evaluate, batches)
+    elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), evaluation.iw_samples)
+    x = _samples(graph, gfn, evaluation.n_samples)
     phi = gfn.pb.phi.detach().cpu()
     write_file(out / "samples.npz", lambda f: np.savez(f, x=data.to_data(x), phi=phi.numpy(), log_beta=gfn.pb.log_variances().detach().cpu().numpy()))
-    row = f"learned P_B ({cfg['backward_rule']})" if cfg["learn_backward"] else "fixed P_B (DDPM)"
+    row = f"learned P_B ({settings.backward.backward_rule})" if settings.space.learn_backward else "fixed P_B (DDPM)"
     plot_history(history, "bpd_bound" if data.levels else "nll_bound", out / "nll.png", f"held-out NLL bound during training ({data.name}, {row})", log_y=False)
     _figure(data, x, out / "samples.png", f"{data.name}, T = {T}, {row}")
     return {
         **_nll_metrics(data, elbo, iw),
         **sample_quality(data, x),
         "eval_points": n_eval,
-        "iw_samples": cfg["iw_samples"],
+        "iw_samples": evaluation.iw_samples,
         "phi_mean": float(phi.mean()),
         "phi_min": float(phi.min()),
         "phi_max": float(phi.max()),
         "seconds": history[-1]["seconds"],
-        "steps": cfg["steps"],
+        "steps": settings.training.steps,
     }
 
 
@@ -278,7 +338,8 @@ register(
         SETTINGS,
         PRESETS,
         run,
-        _validate,
+        validate,
+        settings_type=MleDiffusionRun,
     )
 )
 
@@ -292,19 +353,51 @@ ROWS = (
 """The rows: label, sub-folder, the settings that make them; the last is the baseline the others are paired with."""
 PAPER = "Lahlou et al. 2023, Table 4 (ImageNet-32, T = 100, U-Net): NLL 4.57 -> 4.47 bits/dim, FID 17.65 -> 16.36 (fixed -> learned P_B)"
 
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("learn_backward", "backward_rule")} | {
-    "seeds": Setting(3, "seeds per row: --seed, --seed + 1, ... (each seed trains every row)", low=1),
-    **EXECUTION_SETTINGS,
-}
+ROW_SETTINGS = ("learn_backward", "backward_rule")
+"""The settings each row sets (:data:`ROWS`): not the table's."""
+
+
+def _execution(key: str) -> Any:
+    """A field declared as the table-level :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS` ``key``."""
+    setting = EXECUTION_SETTINGS[key]
+    return dataclasses.field(default=setting.default, metadata={"setting": setting})
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How the table spreads its runs (:data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`): never passed to the runs."""
+
+    jobs: int = _execution("jobs")
+    executor: str = _execution("executor")
+    address: str = _execution("address")
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class MleDiffusionTable:
+    """The settings of ``run mle-diffusion-table``: every row's (``run``; its :data:`ROW_SETTINGS` are not the table's,
+    they keep their defaults there and each row sets its own), the seeds, and how the runs are spread (:class:`Execution`)."""
+
+    run: MleDiffusionRun
+    execution: Execution
+    seeds: int = option(3, "seeds per row: --seed, --seed + 1, ... (each seed trains every row)", low=1)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ROW_SETTINGS} | {**settings_of(MleDiffusionTable), **settings_of(Execution)}
 TABLE_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 300, "seeds": 2},
     "digits": PRESETS["digits"] | {"seeds": 3},
-    "paper": PRESETS["paper"] | {"seeds": 3},
+    "paper": {k: v for k, v in PRESETS["paper"].items() if k not in ROW_SETTINGS} | {"seeds": 3},  # each row sets how P_B trains
 }
 
 
-def _validate_table(cfg: dict) -> None:
-    _validate({k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)} | {"learn_backward": True, "backward_rule": "tbc"})
+def validate_table(settings: MleDiffusionTable) -> None:
+    validate(settings.run)  # the rows differ only in how P_B trains, which no check reads
 
 
 def _stats(v: list[float]) -> tuple[float, float | None]:
@@ -317,15 +410,19 @@ def _cell(mean: float, std: float | None, sign: str = "") -> str:
     return f"{mean:>{sign}12.4f} ± {std:<7.4f}" if std is not None else f"{mean:>{sign}12.4f}" + " " * 10
 
 
-def run_table(cfg: dict, out: Path, resume: bool) -> dict:
+def run_table(settings: MleDiffusionTable, context: RunContext) -> dict:
     """Every row over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with each learned
     row's differences from the fixed one, paired by seed."""
-    base_seed = torch.initial_seed()
-    common = {k: v for k, v in cfg.items() if k not in ("seeds", *EXECUTION_SETTINGS)}
-    keys = [(label, folder, base_seed + k) for k in range(cfg["seeds"]) for label, folder, _ in ROWS]
+    out, base, execution = context.out, settings.run, settings.execution
+    flat = flatten(settings)
+    common = {k: flat[k] for k in SETTINGS if k not in ROW_SETTINGS}  # a row's flat settings, as its config.json records them
+    keys = [(label, folder, context.seed + k) for k in range(settings.seeds) for label, folder, _ in ROWS]
     made = {folder: overrides for _, folder, overrides in ROWS}
-    jobs = [SubRun(out / folder / f"seed{seed}", seed, common | {"backward_rule": "elbo"} | made[folder]) for label, folder, seed in keys]
-    finished = run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])
+    jobs = [
+        SubRun(out / folder / f"seed{seed}", seed, common | {"backward_rule": "elbo"} | made[folder], settings_type=MleDiffusionRun)
+        for label, folder, seed in keys
+    ]
+    finished = run_many(run, jobs, context.resume, execution.jobs, executor=execution.executor, address=execution.address)
     unit = "bpd" if "bpd_bound" in finished[0] else "nll"
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])
     by_row = {label: {n: [m[n] for (lab, _, _), m in zip(keys, finished) if lab == label] for n in names} for label, _, _ in ROWS}
@@ -336,7 +433,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     metrics, lines = (
         {},
         [
-            f"{cfg['data']}: mean ± sample std over {cfg['seeds']} seeds, {cfg['steps']} steps each, T = {cfg['n_steps']} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})",
+            f"{base.source.data}: mean ± sample std over {settings.seeds} seeds, {base.training.steps} steps each, T = {base.space.n_steps} ({'bits/dim, 0-255 scale' if unit == 'bpd' else 'nats per held-out point'})",
             f"{'row':<24}" + "".join(f"{n:>22}" for n in names),
         ],
     )
@@ -364,9 +461,9 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
     _variance_figure(
         [(label, job.out / "samples.npz") for (label, _, _), job in zip(keys, jobs)],
         out / "variances.png",
-        f"{cfg['data']}, T = {cfg['n_steps']}: P_B's noising variances, every seed",
+        f"{base.source.data}, T = {base.space.n_steps}: P_B's noising variances, every seed",
     )
-    return metrics | {"seeds": cfg["seeds"]}
+    return metrics | {"seeds": settings.seeds}
 
 
 register(
@@ -376,7 +473,8 @@ register(
         TABLE_SETTINGS,
         TABLE_PRESETS,
         run_table,
-        _validate_table,
+        validate_table,
         multi_run=True,
+        settings_type=MleDiffusionTable,
     )
 )

@@ -26,72 +26,118 @@ weight average with ``ema`` > 0), without the step counter.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from gflownet_measure.densities import Policy
 from gflownet_measure.environments import hybrid_torus
 from gflownet_measure.environments import torus as env
 from gflownet_measure.environments.torus_targets import TorusTarget, closed_grid, grid_log_normaliser, periodic_grid
+from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import grid_jsd, grid_kl, periodic_kde_jsd, periodic_kde_log_density
 from gflownet_measure.networks import StateFlow
-from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting
+from gflownet_measure.objectives import GFlowNet, Objective, get_objective, objective_names
+from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.rollout import sample_forward
 from gflownet_measure.run_files import write_file
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .common import configure, final_samples, learned_log_Z, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig
 from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history
-from .registry import Experiment, register
-from .settings import ConfigError, build
+from .registry import Experiment, RunContext, register
+from .settings import ConfigError
 from .training_config import TrainingConfig, ema_setting, training_settings
 
-SETTINGS = {
-    **env.SETTINGS,
-    **training_settings(without=("lr_backward", "epsilon")),  # epsilon below: the move is the setting exploration
-    "space": Setting(
-        "torus",
-        "torus: every angle moves at each step; hybrid: stay or move one angle per step (gflownet_measure.environments.hybrid_torus; its exact P_T is reported)",
-        choices=("torus", "hybrid"),
-    ),
-    "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True)),
-    "epsilon": Setting(
-        0.1,
-        "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)",
-        low=0.0,
-        high=1.0,
-    ),
-    "eval_samples": Setting(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10),
-    "eval_grid": Setting(
+
+@dataclass(frozen=True)
+class TorusEvaluation:
+    """How the sampler is scored, at each evaluation and at the end (module docstring): the samples, the exact density's
+    grid, the KDE bandwidth and the paper's JSD's sample size."""
+
+    eval_samples: int = option(10000, "terminal states per evaluation (KDE, basin masses, log Z estimates)", low=10)
+    eval_grid: int = option(
         120,
         "grid points per angle of the exact density (JSD, L1, KL, basin masses); 120: 3-degree cells whose edges hold the basin boundaries (multiples of 30 degrees for R6, 3 for alanine), so that the midpoint rule gives basin masses exactly",
         low=10,
         high=400,
-    ),
-    "bandwidth": Setting(0.1, "periodic Gaussian KDE bandwidth (radians), of both JSDs (the public code's 0.1)", low=1e-3),
-    "paper_samples": Setting(
+    )
+    bandwidth: float = option(0.1, "periodic Gaussian KDE bandwidth (radians), of both JSDs (the public code's 0.1)", low=1e-3)
+    paper_samples: int = option(
         1000,
         "samples per KDE of the paper's JSD, paper_jsd (appendix C.1: sampler KDE vs target-draw KDE; the public code's test n: 1,000 for R6, 10,000 for alanine); at most eval_samples",
         low=10,
-    ),
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class TorusRun:
+    """The settings of ``run torus``: the torus, its target and policies (:class:`~gflownet_measure.environments.torus.TorusConfig`),
+    the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`; its ``epsilon`` is the probability
+    of the setting ``exploration``'s move, :data:`EPSILON`), the scoring (:class:`TorusEvaluation`), the replay-buffer local
+    search (:class:`~gflownet_measure.experiments.local_search.LocalSearchConfig`), and the experiment's own: the space's
+    kind, the objective, and the weight average."""
+
+    torus: env.TorusConfig
+    training: TrainingConfig
+    evaluation: TorusEvaluation
+    search: LocalSearchConfig
+    space: str = option(
+        "torus",
+        "torus: every angle moves at each step; hybrid: stay or move one angle per step (gflownet_measure.environments.hybrid_torus; its exact P_T is reported)",
+        choices=("torus", "hybrid"),
+    )
+    objective: str = option("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True))
+    ema: float = dataclasses.field(default=0.0, metadata={"setting": ema_setting(0.0)})
+
+    def __post_init__(self):
+        check_options(self)
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether the space is the hybrid torus (a discrete choice per step, then an angle)."""
+        return self.space == "hybrid"
+
+
+EPSILON = Setting(
+    0.1,
+    "probability of an exploration move while sampling training trajectories (the move: the setting exploration, uniform by default; the public code draws von Mises(0, 5), exploration=von-mises)",
+    low=0.0,
+    high=1.0,
+)
+"""The torus's ``epsilon`` (:attr:`TrainingConfig.epsilon <gflownet_measure.experiments.training_config.TrainingConfig.epsilon>`):
+its default and its move, the setting ``exploration``."""
+
+_OWN = settings_of(TorusRun)
+SETTINGS = {
+    **env.SETTINGS,
+    **training_settings(without=("lr_backward", "epsilon")),  # epsilon below: the move is the setting exploration
+    "space": _OWN["space"],
+    "objective": _OWN["objective"],
+    "epsilon": EPSILON,
+    **settings_of(TorusEvaluation),
     **LOCAL_SEARCH_SETTINGS,
-    "ema": ema_setting(0.0),
+    "ema": _OWN["ema"],
 }
 PAPER_TEST_POINTS = 1000  # the public code's test grid: ceil(1000^(1/n)) points per angle (closed_grid)
 
 # Lahlou et al. 2023 / the public code's icml23 ctorus and alaninedipeptide configs (docs/torus.md): batch 100, T = 10, Adam lr 1e-5 with
 # log Z lr 1e-2, 5,000 updates (R6) or 40,000 (alanine), exploration 0.1, evaluation every 500 updates.
-_PAPER = {"steps": 5000, "batch_size": 100, "lr": 1e-5, "lr_logZ": 1e-2, "lr_milestone": 0, "grad_clip": 10.0, "eval_every": 500}
+_PAPER: dict[str, Any] = {"steps": 5000, "batch_size": 100, "lr": 1e-5, "lr_logZ": 1e-2, "lr_milestone": 0, "grad_clip": 10.0, "eval_every": 500}
 _QUICK = _PAPER | {"steps": 1500, "lr": 1e-3, "lr_logZ": 0.1, "hidden": 64, "n_layers": 2, "eval_every": 500, "eval_samples": 2000}
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # a working R6 sampler in about 90 s on one thread (docs/results.md, section 9: 'Quick preset')
     "quick": _QUICK,
     # R6 to the paper's criteria on a CPU: the quick network for 36,000 updates, every rate halved each 12,000, a moving
@@ -209,12 +255,14 @@ def _ramachandran(ref: Reference, log_kde: Tensor, n_samples: int, path: Path, t
     plot_density_panels(panels, path, title, share=(0, 1))
 
 
-def make_batches(gfn: GFlowNet, graph, objective, training: TrainingConfig, target: TorusTarget, cfg: dict) -> LocalSearchBatches | None:
+def make_batches(
+    gfn: GFlowNet, graph: PointedGraph, objective: Objective, training: TrainingConfig, target: TorusTarget, search: LocalSearchConfig
+) -> LocalSearchBatches | None:
     """The training batches: the objective's own (``batch_size`` trajectories with ``epsilon`` exploration) or, with
     ``local_search``, those alternating with buffered terminal states refined by MALA on the target's training
     :math:`\\log R` and walked back with P_B (:class:`~gflownet_measure.experiments.local_search.LocalSearchBatches`; the
     chains run on the unrolled angles and are wrapped back onto the torus)."""
-    if not cfg["local_search"]:
+    if not search.local_search:
         return None
     return LocalSearchBatches(
         gfn,
@@ -222,30 +270,31 @@ def make_batches(gfn: GFlowNet, graph, objective, training: TrainingConfig, targ
         lambda step: objective.sample(graph, gfn, training.batch_size, training.epsilon),
         training.batch_size,
         target.log_reward,
-        build(LocalSearchConfig, cfg),
+        search,
         wrap=lambda x: torch.remainder(x, env.TWO_PI),
         dtype=torch.float64,
     )
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
-    space, graph, pf, pb = make_environment("hybrid-torus" if cfg["space"] == "hybrid" else "torus", cfg)
-    objective = configure(get_objective(cfg["objective"]), cfg)
-    log_F = StateFlow(graph.encode, graph.encode.width, space.hidden, space.n_layers) if objective.needs_flow else None
+def run(settings: TorusRun, context: RunContext) -> dict:
+    space, training, evaluation, out = settings.torus, settings.training, settings.evaluation, context.out
+    _, graph, pf, pb = make_environment("hybrid-torus" if settings.hybrid else "torus", space)
+    objective = configure(get_objective(settings.objective), settings)
+    log_F = StateFlow(graph.encode, cast(env.Encoder, graph.encode).width, space.hidden, space.n_layers) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
     target = env.target_of(space)
-    ref = Reference.build(target, cfg["eval_grid"], cfg["bandwidth"])
+    ref = Reference.build(target, evaluation.eval_grid, evaluation.bandwidth)
     n = space.n_dim
-    paper_seed = torch.initial_seed() + 1  # the target draws of paper_jsd, independent of the floor's (seed torch.initial_seed())
+    paper_seed = context.seed + 1  # the target draws of paper_jsd, independent of the floor's (seed context.seed)
     exact = ref.exact_masses()
 
-    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
-    sampler = pf if ema is None else ema.module
+    ema = WeightAverage(pf, settings.ema) if settings.ema > 0 else None  # when on, the average is the sampler
+    sampler = pf if ema is None else cast(Policy, ema.module)  # the average's copy of P_F
 
     def scores(policy, prefix: str = "") -> dict:
-        x = sample_forward(graph, policy, cfg["eval_samples"]).terminal[:, :n]
+        x = sample_forward(graph, policy, evaluation.eval_samples).terminal[:, :n]
         masses = ref.masses(x)
-        found = ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, cfg["paper_samples"], paper_seed)["paper_jsd"]} | masses | basin_errors(masses, exact)
+        found = ref.distances(x) | {"paper_jsd": ref.paper_jsd(x, evaluation.paper_samples, paper_seed)["paper_jsd"]} | masses | basin_errors(masses, exact)
         return {prefix + k: v for k, v in found.items()}
 
     def evaluate() -> dict:
@@ -255,19 +304,17 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
                 found |= scores(sampler)
         return found | learned_log_Z(objective, gfn, graph)
 
-    training = build(TrainingConfig, cfg)
-    history = train_gflownet(
-        gfn, graph, objective, training, run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, objective, training, target, cfg), ema
-    )
-    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"], sampler)
+    batches = make_batches(gfn, graph, objective, training, target, settings.search)
+    history = train_gflownet(gfn, graph, objective, training, context.identity, out, context.resume, evaluate, batches, ema)
+    traj, lower, iw = final_samples(graph, gfn, evaluation.eval_samples, sampler)
     x = traj.terminal[:, :n].double()
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
-    exact_x = ref.exact_draws(len(x), seeded_generator(torch.initial_seed()))
-    floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, cfg["paper_samples"], paper_seed, "floor_")
+    exact_x = ref.exact_draws(len(x), seeded_generator(context.seed))
+    floor = ref.distances(exact_x, "floor_") | ref.paper_jsd(exact_x, evaluation.paper_samples, paper_seed, "floor_")
     masses, log_kde = ref.masses(x), ref.log_kde(x)
     metrics = (
         ref.distances(x, log_kde=log_kde)
-        | ref.paper_jsd(x, cfg["paper_samples"], paper_seed)
+        | ref.paper_jsd(x, evaluation.paper_samples, paper_seed)
         | floor
         | masses
         | exact
@@ -278,21 +325,24 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             "log_Z_lower_bound": lower,
             "log_Z_importance_weighted": iw,
             "seconds": history[-1]["seconds"],
-            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
-            "steps": cfg["steps"],
-            "trajectories": cfg["steps"] * cfg["batch_size"],
+            "seconds_per_step": history[-1]["seconds"] / training.steps,
+            "steps": training.steps,
+            "trajectories": training.steps * training.batch_size,
         }
         | {f"target/{k}": v for k, v in target.info}
         | {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
     )
-    if cfg["space"] == "hybrid":  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
+    if settings.hybrid:  # P_T itself, by enumeration of the discrete choices and quadrature of the angles: no KDE
         log_p_T = hybrid_torus.terminal_density(graph, sampler, ref.G).clamp(min=1e-300).log()
         metrics |= {
             "exact_P_T/jsd": grid_jsd(log_p_T, ref.log_R),
             "exact_P_T/l1": float((torch.softmax(log_p_T, 0) - torch.softmax(ref.log_R, 0)).abs().sum()),
             "exact_P_T/kl": grid_kl(ref.log_R, log_p_T),
         }
-    label = f"{target.name}{' hybrid' if cfg['space'] == 'hybrid' else ''}, T={space.n_steps}, {cfg['objective']}{' + LS' if cfg['local_search'] else ''}, P_B {space.backward}{', absolute locations' if space.location == 'absolute' else ''}"
+    label = (
+        f"{target.name}{' hybrid' if settings.hybrid else ''}, T={space.n_steps}, {settings.objective}{' + LS' if settings.search.local_search else ''}, "
+        f"P_B {space.backward}{', absolute locations' if space.location == 'absolute' else ''}"
+    )
     plot_history(history, "jsd", out / "jsd.png", f"JSD to the exact density ({label})")
     if n == 2:
         _figure4(ref, log_kde, len(x), out / "figure4.png", label)
@@ -301,24 +351,31 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     return metrics
 
 
-def validate(cfg: dict) -> None:
-    """The settings as a :class:`~gflownet_measure.environments.torus.TorusConfig` (one-line errors: a bad temperature, structure, force field or
-    reward), the target built (the molecule's energy grid computed or read from its cache), and the memory of one update
-    (about 4.1 bytes per trajectory, step, unit and layer, as the quarter disc's MLPs)."""
-    space = build(env.TorusConfig, cfg)
-    if cfg["paper_samples"] > cfg["eval_samples"]:
-        raise ConfigError(f"paper_samples={cfg['paper_samples']} exceeds eval_samples={cfg['eval_samples']}; raise eval_samples or lower paper_samples")
-    if space.n_dim != 2 and cfg["eval_grid"] ** space.n_dim > 4_000_000:
-        raise ConfigError(f"eval_grid={cfg['eval_grid']} with n_dim={space.n_dim} is {cfg['eval_grid'] ** space.n_dim} grid points; lower eval_grid")
+def validate(settings: TorusRun) -> None:
+    """The settings that do not go together (their :class:`~gflownet_measure.environments.torus.TorusConfig`, with its one-line
+    errors for a bad temperature, structure, force field or reward, is checked when the settings are built), the target
+    built (the molecule's energy grid computed or read from its cache), and the memory of one update (about 4.1 bytes
+    per trajectory, step, unit and layer, as the quarter disc's MLPs)."""
+    space, evaluation, batch_size = settings.torus, settings.evaluation, settings.training.batch_size
+    if evaluation.paper_samples > evaluation.eval_samples:
+        raise ConfigError(f"paper_samples={evaluation.paper_samples} exceeds eval_samples={evaluation.eval_samples}; raise eval_samples or lower paper_samples")
+    if space.n_dim != 2 and evaluation.eval_grid**space.n_dim > 4_000_000:
+        raise ConfigError(f"eval_grid={evaluation.eval_grid} with n_dim={space.n_dim} is {evaluation.eval_grid**space.n_dim} grid points; lower eval_grid")
     try:
         env.target_of(space)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    require_memory(4.1 * cfg["batch_size"] * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={cfg['batch_size']}")
+    require_memory(4.1 * batch_size * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={batch_size}")
 
 
 register(
     Experiment(
-        "torus", "continuous torus, von Mises mixture policies, R6 or alanine dipeptide; JSD, basin masses and log Z vs exact", SETTINGS, PRESETS, run, validate
+        "torus",
+        "continuous torus, von Mises mixture policies, R6 or alanine dipeptide; JSD, basin masses and log Z vs exact",
+        SETTINGS,
+        PRESETS,
+        run,
+        validate,
+        settings_type=TorusRun,
     )
 )

@@ -17,7 +17,8 @@ states' coordinates that vary (a histogram for one, a scatter of the first two o
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -27,31 +28,39 @@ from gflownet_measure.contracts import ContractError
 from gflownet_measure.densities import UniformPolicy
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.run_files import write_file
 
-from .common import CONTRACT_STATES, configure, final_samples, learned_log_Z, run_id, train_gflownet
+from .common import CONTRACT_STATES, configure, final_samples, learned_log_Z, train_gflownet
 from .plots import plot_history, plot_terminal_samples
-from .registry import Experiment
-from .settings import ConfigError, build
+from .registry import Experiment, RunContext
+from .settings import ConfigError, flatten
 from .training_config import TrainingConfig, training_settings
 from .user_space import call_factory, factory_settings, load_factory
 
-__all__ = ["SETTINGS", "PRESETS", "user_experiment"]
+__all__ = ["SETTINGS", "PRESETS", "UserRunOptions", "user_experiment"]
 
-SETTINGS = {
-    **training_settings(without=("lr_backward",)),
-    "objective": Setting("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(batch="trajectories")),
-    "subtb_lambda": Setting(0.9, "SubTB weight lambda^(j-i)", low=0.0),
-    "flow_hidden": Setting(64, "width of the state-flow MLP (db, subtb)", low=1),
-    "eval_samples": Setting(2000, "fresh trajectories per evaluation and at the end, for the log Z estimates and samples.npz", low=2),
-    "reward_floor": Setting(
+
+@dataclass(frozen=True)
+class UserRunOptions:
+    """The settings of ``run MODULE:FACTORY`` beside the training's and the factory's own."""
+
+    objective: str = option("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(batch="trajectories"))
+    subtb_lambda: float = option(0.9, "SubTB weight lambda^(j-i)", low=0.0)
+    flow_hidden: int = option(64, "width of the state-flow MLP (db, subtb)", low=1)
+    eval_samples: int = option(2000, "fresh trajectories per evaluation and at the end, for the log Z estimates and samples.npz", low=2)
+    reward_floor: float = option(
         0.0,
         "train on max(R, reward_floor), so that states where R = 0 (log R = -inf) are trainable; the log Z estimates still score the true R (docs/tutorial.md); 0 = off",
         low=0.0,
-    ),
-}
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = {**training_settings(without=("lr_backward",)), **settings_of(UserRunOptions)}
 PRESETS = {
     # the tutorial's budget (docs/tutorial.md, section 8: 300 updates of 64 trajectories reach log Z within 0.002 there)
     "quick": {"steps": 1000, "batch_size": 64, "eval_every": 100},
@@ -74,9 +83,13 @@ def user_experiment(target: str) -> Experiment:
             f"run: {target}: {factory.__name__}'s setting {', '.join(clash)} has the name of a training setting; rename it (training settings: {', '.join(sorted(SETTINGS))})"
         )
 
-    def build_space(cfg: dict):
+    factory_fields = [(k, type(v.default), dataclasses.field(default=v.default)) for k, v in own.schema.items()]
+    space_type = dataclasses.make_dataclass("FactorySettings", factory_fields, frozen=True)  # the factory's own settings
+    run_type = dataclasses.make_dataclass("UserRun", [("space", space_type), ("training", TrainingConfig), ("options", UserRunOptions)], frozen=True)
+
+    def build_space(settings):
         """The factory's graph and policies for the run's settings (``pb`` uniform where it returns none)."""
-        args, kwargs = own.arguments({k: cfg[k] for k in own.schema})  # values the resolved settings already typed
+        args, kwargs = own.arguments(flatten(settings.space))  # values the resolved settings already typed
         graph, pf, pb = call_factory(target, factory, args, kwargs, "run")
         if pf is None:
             raise ConfigError(
@@ -84,12 +97,12 @@ def user_experiment(target: str) -> Experiment:
             )
         return graph, pf, pb if pb is not None else UniformPolicy(graph.kappa_b)
 
-    def validate(cfg: dict) -> None:
+    def validate(settings) -> None:
         """Before the run folder is touched: the space builds, its objects keep their shape contracts
         (:mod:`gflownet_measure.contracts`: a reward of the wrong shape, atoms of the wrong width, a policy whose ``n_in``
         is not the width of ``encode``), two trajectories roll out and score under P_F and P_B (a kernel or policy that
         raises), each one line, and the objective fits the kernels."""
-        graph, pf, pb = build_space(cfg)
+        graph, pf, pb = build_space(settings)
         try:
             probe_contracts(graph, {"P_F": pf, "P_B": pb}, CONTRACT_STATES)
         except ContractError as e:
@@ -102,39 +115,44 @@ def user_experiment(target: str) -> Experiment:
             raise ConfigError(
                 f"run: {target}: a trial rollout of 2 trajectories raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             ) from None
-        objective = get_objective(cfg["objective"])
+        objective = get_objective(settings.options.objective)
         if objective.atoms_only and any(graph.kappa(graph.source[None]).pieces):
             raise ConfigError(
                 f"run: objective {objective.name} needs kernels of atoms only, and {target}'s kappa has continuous pieces; valid: {', '.join(n for n in objective_names(batch='trajectories') if not get_objective(n).atoms_only)}"
             )
 
-    def run(cfg: dict, out: Path, resume: bool) -> dict:
-        graph, pf, pb = build_space(cfg)
-        objective = configure(get_objective(cfg["objective"]), cfg)
+    def run(settings, context: RunContext) -> dict:
+        graph, pf, pb = build_space(settings)
+        options = settings.options
+        objective = configure(get_objective(options.objective), options)
         n_in = graph.encode(graph.source[None]).shape[-1]
-        gfn = GFlowNet(pf, pb, StateFlow(graph.encode, n_in, cfg["flow_hidden"]) if objective.needs_flow else None)
+        gfn = GFlowNet(pf, pb, StateFlow(graph.encode, n_in, options.flow_hidden) if objective.needs_flow else None)
 
         def evaluate() -> dict:
-            _, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+            _, lower, iw = final_samples(graph, gfn, options.eval_samples)
             return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw} | learned_log_Z(objective, gfn, graph)
 
-        trained_on = graph.with_reward_floor(cfg["reward_floor"]) if cfg["reward_floor"] > 0 else graph
-        history = train_gflownet(gfn, trained_on, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
-        traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+        trained_on = graph.with_reward_floor(options.reward_floor) if options.reward_floor > 0 else graph
+        history = train_gflownet(gfn, trained_on, objective, settings.training, context.identity, context.out, context.resume, evaluate)
+        traj, lower, iw = final_samples(graph, gfn, options.eval_samples)
         x = traj.terminal.double().cpu().numpy()
-        write_file(out / "samples.npz", lambda f: np.savez(f, x=x))
+        write_file(context.out / "samples.npz", lambda f: np.savez(f, x=x))
         metrics = {
             **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
             "log_Z_lower_bound": lower,
             "log_Z_importance_weighted": iw,
             "seconds": history[-1]["seconds"],
-            "steps": cfg["steps"],
+            "steps": settings.training.steps,
             "trajectories": history[-1]["trajectories"],
         }
         plot_history(
-            history, [k for k in ("log_Z", "log_Z_lower_bound", "log_Z_importance_weighted") if k in history[-1]], out / "log_z.png", graph.name, log_y=False
+            history,
+            [k for k in ("log_Z", "log_Z_lower_bound", "log_Z_importance_weighted") if k in history[-1]],
+            context.out / "log_z.png",
+            graph.name,
+            log_y=False,
         )
-        plot_terminal_samples(x, out / "samples.png", f"{len(x)} terminal states ({cfg['objective']})")
+        plot_terminal_samples(x, context.out / "samples.png", f"{len(x)} terminal states ({options.objective})")
         return metrics
 
-    return Experiment(target, f"a space of one's own, {target}", SETTINGS | own.schema, PRESETS, run, validate)
+    return Experiment(target, f"a space of one's own, {target}", SETTINGS | own.schema, PRESETS, run, validate, settings_type=run_type)

@@ -46,7 +46,7 @@ def test_torus_local_search_alternates_and_wraps():
     on log R, wrapped into [0, 2 pi) and walked back with P_B to s0; both buffers are in the checkpoint's state."""
     from gflownet_measure.experiments import torus as experiment
     from gflownet_measure.experiments.environment import make_environment
-    from gflownet_measure.experiments.local_search import LocalSearchBatches
+    from gflownet_measure.experiments.local_search import LocalSearchBatches, LocalSearchConfig
     from gflownet_measure.experiments.settings import build, resolve
     from gflownet_measure.experiments.training_config import TrainingConfig
     from gflownet_measure.objectives import GFlowNet, get_objective
@@ -56,7 +56,7 @@ def test_torus_local_search_alternates_and_wraps():
     space, graph, pf, pb = make_environment("torus", cfg)
     gfn, objective = GFlowNet(pf, pb), get_objective("tb")
     target = experiment.env.target_of(space)
-    batches = experiment.make_batches(gfn, graph, objective, build(TrainingConfig, cfg), target, cfg)
+    batches = experiment.make_batches(gfn, graph, objective, build(TrainingConfig, cfg), target, build(LocalSearchConfig, cfg))
     assert isinstance(batches, LocalSearchBatches)
     b0 = batches(0)
     assert len(batches.visited) == 16 and batches.visited.x.dtype == torch.float64

@@ -20,13 +20,15 @@ policy (no exploration).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from gflownet_measure.densities import Policy
 from gflownet_measure.environments import quarter_disc as env
@@ -34,32 +36,54 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting
+from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.rollout import sample_backward, sample_forward
 from gflownet_measure.run_files import write_file
 from gflownet_measure.training import read_history, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_many, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
-from .registry import Experiment, register
-from .settings import build
+from .registry import Experiment, RunContext, register
+from .settings import flatten
 from .tables import write_table
 from .training_config import TrainingConfig, training_settings
 
-SETTINGS = {
-    **env.SETTINGS,
-    **training_settings(without=("lr_backward",)),
-    "objective": Setting(
+
+@dataclass(frozen=True)
+class QuarterDiscEvaluation:
+    """How every evaluation scores the sampler (module docstring): the terminal states drawn (and as many rejection
+    samples) and the bandwidth of their KDEs."""
+
+    eval_samples: int = option(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10)
+    bandwidth: float = option(0.1, "KDE bandwidth (exponential kernel)", low=1e-3)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class QuarterDiscRun:
+    """The settings of ``run quarter-disc``: the space and its policies (:class:`~gflownet_measure.environments.quarter_disc.QuarterDiscConfig`),
+    the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`, all but ``lr_backward``: a learned
+    P_B trains at ``lr``), the evaluation (:class:`QuarterDiscEvaluation`), and the objective."""
+
+    space: env.QuarterDiscConfig
+    training: TrainingConfig
+    evaluation: QuarterDiscEvaluation
+    objective: str = option(
         "tb",
         "training objective (gflownet_measure.objectives; flow matching needs atoms only)",
         choices=objective_names(divergence=False, continuous=True),
         aliases=("loss",),
-    ),
-    "eval_samples": Setting(10000, "terminal states per evaluation (KDE, log Z bounds) and rejection samples", low=10),
-    "bandwidth": Setting(0.1, "KDE bandwidth (exponential kernel)", low=1e-3),
-}
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = {**env.SETTINGS, **training_settings(without=("lr_backward",)), **settings_of(QuarterDiscRun), **settings_of(QuarterDiscEvaluation)}
 
 _PAPER = {"steps": 20000, "batch_size": 128, "lr": 1e-3, "lr_logZ": 1e-3, "lr_flow": 1e-2, "lr_milestone": 2500, "lr_gamma": 0.5, "eval_every": 500}
 PRESETS = {
@@ -161,27 +185,30 @@ def _figure2(graph: PointedGraph, pf: Policy, pb: Policy, ref: Reference, x: Ten
     plot_density_panels(panels, path, title, share=(3, 2, 4))
 
 
-def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
-    """Train one configuration into ``out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn)."""
-    space, graph, pf, pb = make_environment("quarter-disc", cfg)
-    objective = configure(get_objective(cfg["objective"]), cfg)
+def run(settings: QuarterDiscRun, context: RunContext, figure2: bool = True) -> dict:
+    """Train one configuration into ``context.out``; ``figure2=False`` skips the Figure 2 panels (``jsd.png`` is always drawn).
+    The reference's rejection samples are drawn from the run's seed (``context.seed``)."""
+    space, evaluation, out = settings.space, settings.evaluation, context.out
+    _, graph, pf, pb = make_environment("quarter-disc", space)
+    objective = configure(get_objective(settings.objective), settings)
     shared = pf.torso if space.flow_torso == "shared" else None
+    assert shared is None or isinstance(shared, nn.Sequential)  # P_F is an MLPPolicy (env.make_policies), its torso an MLP
     log_F = StateFlow(graph.encode, 2, space.hidden, space.n_layers, shared, env.ACTIVATIONS[space.activation]) if objective.needs_flow else None
     gfn = GFlowNet(pf, pb, log_F)
-    ref = Reference.build(cfg["eval_samples"], cfg["bandwidth"], seed=torch.initial_seed())
+    ref = Reference.build(evaluation.eval_samples, evaluation.bandwidth, seed=context.seed)
 
     def evaluate() -> dict:
-        return ref.scores(sample_forward(graph, pf, cfg["eval_samples"]).terminal) | learned_log_Z(objective, gfn, graph)
+        return ref.scores(sample_forward(graph, pf, evaluation.eval_samples).terminal) | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate)
-    traj, lower, iw = final_samples(graph, gfn, cfg["eval_samples"])
+    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, context.resume, evaluate)
+    traj, lower, iw = final_samples(graph, gfn, evaluation.eval_samples)
     x = traj.terminal
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
-    label = f"rho={cfg['rho']}, {cfg['objective']}, P_B {cfg['backward']}" + ("" if cfg["jacobian"] else ", no Jacobian")
+    label = f"rho={space.rho}, {settings.objective}, P_B {space.backward}" + ("" if space.jacobian else ", no Jacobian")
     plot_history(history, "jsd_exact", out / "jsd.png", f"JSD to the exact reward grid ({label})")
     plot_history(history, "level_tv", out / "level_tv.png", f"TV of the reward-level masses ({label})")
     if figure2:
-        _figure2(graph, pf, pb, ref, x, cfg["rho"], out / "figure2.png", label)
+        _figure2(graph, pf, pb, ref, x, space.rho, out / "figure2.png", label)
     return (
         ref.scores(x)
         | ref.floors()
@@ -192,29 +219,78 @@ def run(cfg: dict, out: Path, resume: bool, figure2: bool = True) -> dict:
             "log_Z_lower_bound": lower,
             "log_Z_importance_weighted": iw,
             "seconds": history[-1]["seconds"],
-            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
-            "steps": cfg["steps"],
+            "seconds_per_step": history[-1]["seconds"] / settings.training.steps,  # evaluations included
+            "steps": settings.training.steps,
             "trajectories": history[-1]["trajectories"],  # every replica's, in a data-parallel run
         }
     )
 
 
-def validate(cfg: dict) -> None:
+def _require_memory(space: env.QuarterDiscConfig, batch_size: int) -> None:
     """The memory of one update: about 4.1 bytes per trajectory, step of the longest trajectory (2 + 2 / rho), unit and
     layer of the MLP (measured at rho 0.25, hidden 128, 4 layers: 20.9 KB per trajectory)."""
-    max_length = 2 + math.ceil(2 / cfg["rho"])
-    require_memory(4.1 * cfg["batch_size"] * max_length * cfg["hidden"] * max(1, cfg["n_layers"]), f"batch_size={cfg['batch_size']}")
+    max_length = 2 + math.ceil(2 / space.rho)
+    require_memory(4.1 * batch_size * max_length * space.hidden * max(1, space.n_layers), f"batch_size={batch_size}")
 
 
-register(Experiment("quarter-disc", "continuous quarter-disc grid, Beta-mixture policies, TB/DB; JSD to R on a 100x100 grid", SETTINGS, PRESETS, run, validate))
+def validate(settings: QuarterDiscRun) -> None:
+    """The memory of one update (:func:`_require_memory`)."""
+    _require_memory(settings.space, settings.training.batch_size)
+
+
+register(
+    Experiment(
+        "quarter-disc",
+        "continuous quarter-disc grid, Beta-mixture policies, TB/DB; JSD to R on a 100x100 grid",
+        SETTINGS,
+        PRESETS,
+        run,
+        validate,
+        settings_type=QuarterDiscRun,
+    )
+)
 
 # --- Figure 1 (b, c) and Figure 2: the 8 configurations over seeds -----------------------------------------
 
 CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db") for backward in ("uniform", "learned")]
-FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("objective", "backward", "rho")} | {
-    "seeds": Setting(3, "seeds per configuration: --seed, --seed + 1, ...", low=1),
-    **EXECUTION_SETTINGS,
-}
+CONFIGURED = ("objective", "backward", "rho")  # the settings of a run that its configuration (a CONFIGS tuple) sets, in that order
+
+
+def _declared(setting: Setting) -> Any:
+    """A dataclass field declared by an existing :class:`~gflownet_measure.options.Setting` (as :func:`~gflownet_measure.options.option` declares a new one)."""
+    return dataclasses.field(default=setting.default, metadata={"setting": setting})
+
+
+@dataclass(frozen=True)
+class TableExecution:
+    """Where and how many of a table's runs train at once: the shared :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`."""
+
+    jobs: int = _declared(EXECUTION_SETTINGS["jobs"])
+    executor: str = _declared(EXECUTION_SETTINGS["executor"])
+    address: str = _declared(EXECUTION_SETTINGS["address"])
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class Figure1Run:
+    """The settings of ``run quarter-disc-figure1``: those of :class:`QuarterDiscRun` that every configuration shares, the
+    seeds per configuration and the execution of the runs. The ``rho`` and ``backward`` of ``space`` are not settings of
+    the table (each configuration sets them, and the objective: :data:`CONFIGURED`): they keep their defaults, never read.
+    """
+
+    space: env.QuarterDiscConfig
+    training: TrainingConfig
+    evaluation: QuarterDiscEvaluation
+    execution: TableExecution
+    seeds: int = option(3, "seeds per configuration: --seed, --seed + 1, ...", low=1)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in CONFIGURED} | settings_of(Figure1Run) | settings_of(TableExecution)
 FIGURE1_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
     "paper": PRESETS["paper"] | {"seeds": 6},  # the paper's 6 runs a configuration (Figure 1, mean ± std)
@@ -255,26 +331,33 @@ def orderings_held(values: dict[tuple, list[float]]) -> dict[str, tuple[int, int
     return held
 
 
-def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
+def run_settings(settings: Figure1Run, loss: str, backward: str, rho: float) -> dict:
+    """The flat settings of the table's run of one configuration, as its ``config.json`` records them: the table's shared
+    settings in :data:`SETTINGS`' order, then the configuration's (:data:`CONFIGURED`)."""
+    flat = flatten(settings)
+    return {key: flat[key] for key in SETTINGS if key not in CONFIGURED} | {"objective": loss, "backward": backward, "rho": rho}
+
+
+def run_figure1(settings: Figure1Run, context: RunContext) -> dict:
     """Each configuration and seed in ``out/<loss>-<backward>-rho<rho>/seed<k>`` (finished ones are kept on resume), then the figures:
     ``figure1.png`` (JSD to the exact grid), ``figure1_rejection.png`` (JSD to the rejection KDE), ``figure1_levels.png`` (level TV), each with a
     perfect sampler's floor, ``figure2.png``."""
-    base_seed = torch.initial_seed()  # the CLI's --seed
+    out, base_seed, execution = context.out, context.seed, settings.execution  # base_seed: the CLI's --seed
     headline = _name("tb", "learned", 0.25)  # Figure 2 is drawn for its first seed
     runs: dict[str, list[list[dict]]] = {}
     finals: dict[str, list[dict]] = {}
-    common = {key: v for key, v in cfg.items() if key not in ("seeds", *EXECUTION_SETTINGS)}
     jobs = [
         SubRun(
             out / _name(loss, backward, rho) / f"seed{base_seed + k}",
             base_seed + k,
-            common | {"objective": loss, "backward": backward, "rho": rho},
+            run_settings(settings, loss, backward, rho),
             {"figure2": _name(loss, backward, rho) == headline and k == 0},
+            QuarterDiscRun,
         )
         for loss, backward, rho in CONFIGS
-        for k in range(cfg["seeds"])
+        for k in range(settings.seeds)
     ]
-    for job, sub_metrics in zip(jobs, run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"])):
+    for job, sub_metrics in zip(jobs, run_many(run, jobs, context.resume, execution.jobs, executor=execution.executor, address=execution.address)):
         name = job.out.parent.name
         runs.setdefault(name, []).append(read_history(job.out / "history.jsonl"))
         finals.setdefault(name, []).append(sub_metrics)
@@ -303,7 +386,7 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         ),
     ):
         curves = {name: ([r["trajectories"] for r in hs[0]], [[r[key] for r in h] for h in hs]) for name, hs in runs.items()}
-        plot_bands(curves, out / file, f"{title} (mean ± std over {cfg['seeds']} seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
+        plot_bands(curves, out / file, f"{title} (mean ± std over {settings.seeds} seeds)", ylabel, panels, (floor_label, floor_means[f"{floor_key}/mean"]))
     history = [
         {"step": row["step"], "trajectories": row["trajectories"]}
         | {f"{key}/{name}": float(np.mean([h[i][key] for h in hs])) for name, hs in runs.items() for key in METRICS}
@@ -329,7 +412,12 @@ def run_figure1(cfg: dict, out: Path, resume: bool) -> dict:
         for label, (held, pairs) in orderings_held({c: figures[_name(*c)] for c in CONFIGS}).items():
             metrics[f"held/{label}/{key}/{when}"] = held
             metrics[f"pairs/{label}"] = pairs
-    return metrics | floor_means | {"log_Z_exact": env.LOG_Z, "seeds": cfg["seeds"]}
+    return metrics | floor_means | {"log_Z_exact": env.LOG_Z, "seeds": settings.seeds}
+
+
+def validate_figure1(settings: Figure1Run) -> None:
+    """The memory of one update of the table's most demanding configuration: the smallest rho, the longest trajectories."""
+    _require_memory(dataclasses.replace(settings.space, rho=min(r for _, _, r in CONFIGS)), settings.training.batch_size)
 
 
 register(
@@ -339,7 +427,8 @@ register(
         FIGURE1_SETTINGS,
         FIGURE1_PRESETS,
         run_figure1,
-        lambda cfg: validate(cfg | {"rho": min(r for _, _, r in CONFIGS)}),
+        validate_figure1,
         multi_run=True,
+        settings_type=Figure1Run,
     )
 )

@@ -26,7 +26,7 @@ import torch
 from gflownet_measure.baselines import structure
 from gflownet_measure.environments import dag_params as env
 from gflownet_measure.environments.dag_params.evaluation import sample_metrics
-from gflownet_measure.experiments.jsp_gfn import SETTINGS, budget
+from gflownet_measure.experiments.jsp_gfn import SETTINGS, JspGfnRun, budget
 from gflownet_measure.experiments.settings import build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def matched(run: Path, names: list[str], fraction: float) -> dict:
     row = {"run": str(run), "data_seed": cfg["data_seed"], "seconds": metrics["seconds"], "baseline_seconds": seconds}
     row |= {k: metrics.get(k) for k in (*KEYS, "expected_edges")} | {f"start_{k}": metrics.get(f"start_{k}") for k in KEYS}
     for name in names:
-        result = structure.sample(name, problem.model, budget(cfg, config["seed"], seconds))
+        result = structure.sample(name, problem.model, budget(build(JspGfnRun, cfg), config["seed"], seconds))
         if isinstance(result, str):
             row[name] = f"skipped: {result}"
             continue

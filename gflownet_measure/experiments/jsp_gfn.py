@@ -26,17 +26,22 @@ import dataclasses
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
+from torch import nn
 
 from gflownet_measure.baselines import structure as structure_baselines
 from gflownet_measure.baselines.collapsed_mc3 import gold_standard, no_closed_form
+from gflownet_measure.bayesnets.cpd_base import CPDModel
 from gflownet_measure.bayesnets.dags import MAX_ENUMERATE
 from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.bayesnets.structure_metrics import feature_metrics, rmse_pearson, sample_features
+from gflownet_measure.densities import Policy
 from gflownet_measure.environments import dag_params as env
 from gflownet_measure.environments.dag_params.evaluation import (
     conditional_theta_metrics,
@@ -48,18 +53,20 @@ from gflownet_measure.environments.dag_params.evaluation import (
     sample_metrics,
 )
 from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
+from gflownet_measure.environments.dag_params.policy import JSPPolicy
 from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_move_probability
 from gflownet_measure.environments.dag_params.sampling import posterior_samples
-from gflownet_measure.objectives import GFlowNet, get_objective
-from gflownet_measure.options import Setting
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.objectives import GFlowNet, Objective, get_objective
+from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.run_files import write_file, write_text
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_id, run_many, train_gflownet
+from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
-from .registry import Experiment, register
-from .settings import ConfigError, build
+from .registry import Experiment, RunContext, register
+from .settings import ConfigError, flatten
 from .structure_batches import StructureBatches
 from .tables import write_table
 from .training_config import TrainingConfig, ema_setting, training_settings
@@ -68,112 +75,221 @@ BASELINE_NAMES = {name: b.label for name, b in structure_baselines.STRUCTURE_BAS
 """The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.baselines.structure.STRUCTURE_BASELINES`:
 structure MCMC, and the structure learners of the optional extra ``baselines``), name -> the label tables print."""
 
-SETTINGS = {
-    **env.SETTINGS,
-    **training_settings(without=("steps", "batch_size", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no state flow, own batches
-    "objective": Setting(
+
+def _declared(setting: Setting) -> Any:
+    """A dataclass field declared as the :class:`~gflownet_measure.options.Setting` ``setting`` itself (one made elsewhere,
+    as :func:`~gflownet_measure.experiments.training_config.ema_setting`'s or :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`')."""
+    return dataclasses.field(default=setting.default, metadata={"setting": setting})
+
+
+@dataclass(frozen=True)
+class EdgeTransitions:
+    """``objective=undirected_subtb``: eq. 8 of Deleu et al. 2023 on the edge transitions of
+    :class:`~gflownet_measure.environments.dag_params.replay.EdgeReplay` (its walkers and buffer), and the objective's own hyper-parameters."""
+
+    theta_samples: int = option(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1)
+    prefill: int = option(1000, "undirected_subtb: uniform-policy environment steps that fill the replay buffer before training", low=1)
+    replay_capacity: int = option(100000, "undirected_subtb: edge transitions kept (FIFO)", low=1)
+    num_envs: int = option(8, "undirected_subtb: graphs grown in parallel; one step each per update", low=1)
+    delta: float = option(1.0, "Huber threshold of eq. 8 (> 0)", low=1e-6)
+    penalty: bool = option(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False))
+    batch_size_data: int = option(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class TerminalRing:
+    """``objective=tb`` or ``vargrad``: the terminal states replayed beside the forward trajectories
+    (:class:`~gflownet_measure.experiments.structure_batches.StructureBatches`)."""
+
+    replayed: int = option(
+        0,
+        "tb, vargrad: per update, terminal states drawn from a ring of visited ones (rank-prioritised by log R) and walked back to s0 with P_B",
+        low=0,
+    )
+    ring_capacity: int = option(2000, "tb, vargrad: terminal states the ring of replayed keeps (FIFO)", low=1)
+    rank_weight: float = option(0.01, "tb, vargrad: priority 1 / (rank_weight n + rank) of the ring's draws, rank 0 the highest log R", low=1e-8)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class Exploration:
+    """The behaviour policy's uniform moves: probability 1 during ``prefill``, then linear down to ``min_exploration``."""
+
+    min_exploration: float = option(
+        0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0
+    )
+    anneal_fraction: float = option(
+        0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+    def probability(self, step: int, steps: int) -> float:
+        """Probability of a uniform move at update ``step`` of ``steps`` (:func:`~gflownet_measure.environments.dag_params.replay.uniform_move_probability`)."""
+        return uniform_move_probability(step, steps, self.anneal_fraction, self.min_exploration)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How the sampler is scored: its final samples, its log-weights, and against what (the exact posterior, or samples and the log P_T vs log R fit)."""
+
+    posterior_samples: int = option(1000, "K: final (G, theta) samples from the learned policy", low=2)
+    weight_samples: int = option(
+        1000,
+        "on-policy trajectories whose log-weights w = log R + sum log P_B - sum log P_F give elbo, log_weight_sd, ess and iw_log_Z, for the sampler and for its untrained start (start_*)",
+        low=2,
+    )
+    exact: str = option(
+        "auto",
+        "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)",
+        choices=("auto", "on", "off"),
+    )
+    eval_samples: int = option(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2)
+    fit_samples: int = option(
+        1000,
+        "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used",
+        low=2,
+    )
+    fit_budget: float = option(
+        4.0,
+        "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly",
+        low=0.0,
+    )
+    fit_orders: int = option(
+        1000,
+        "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it",
+        low=1,
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class GoldStandard:
+    """Beyond the exact posterior: a gold standard of :math:`P(G | D)` to score the sampler's marginals against (:func:`reference_metrics`)."""
+
+    reference: str = option(
+        "none",
+        "beyond the exact posterior (d > 5): mc3-collapsed scores the sampler's and its start's edge and path marginals against a gold standard, the collapsed structure MC3 on the model's closed-form marginal (linear-Gaussian or BDeu; reference_chains x reference_steps steps); none",
+        choices=("none", "mc3-collapsed"),
+    )
+    reference_chains: int = option(8, "reference=mc3-collapsed: chains, from different starts", low=2)
+    reference_steps: int = option(
+        16_000_000,
+        "reference=mc3-collapsed: steps per chain after a quarter as many of burn-in (16M: split-R-hat 1.002, chains within 0.02, about 4 min at d = 20; baselines/collapsed_mc3.py)",
+        low=1,
+    )
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """The baselines run on the same data (``baseline``, :data:`BASELINE_NAMES`) and their budgets (:func:`budget`)."""
+
+    baseline: str = option(
+        "none",
+        "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7), vbg (VBG: a structure GFlowNet and a mean-field q(theta); linear models); none. What cannot run is skipped (baselines.json says why)",
+    )
+    bootstraps: int = option(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1)
+    dibs_steps: int = option(1000, "SVGD steps of dibs (30 particles)", low=1)
+    bcd_steps: int = option(
+        20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1
+    )
+    vbg_steps: int = option(
+        10000, "GFlowNet updates of vbg (VBG; its public code: 30,000 at d = 5), in vbg_rounds rounds each ended by an update of q(theta)", low=1
+    )
+    vbg_rounds: int = option(10, "rounds of vbg: updates of its q(theta) from 1,000 graphs of the GFlowNet (its public code: 15)", low=1)
+    mcmc_steps: int = option(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1)
+    mcmc_chains: int = option(4, "independent chains of gibbs and mh, each started from the empty graph", low=1)
+    mcmc_burn_in: float = option(
+        0.25,
+        "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)",
+        low=0.0,
+    )
+    mcmc_budget: str = option(
+        "steps",
+        "steps: gibbs, mh and mc3-collapsed run mcmc_steps per chain (a step budget, as the papers); matched: each runs for the wall-clock seconds of this run's training (metrics' seconds), its chains thinned evenly to posterior_samples (baselines at matched wall clock)",
+        choices=("steps", "matched"),
+    )
+    mh_theta_step: float = option(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9)
+
+    def __post_init__(self):
+        check_options(self)
+        _baseline_names(self.baseline)  # an unknown name is a ValueError here, a ConfigError on the command line
+
+    @property
+    def names(self) -> list[str]:
+        """``baseline`` as a list (``none``: empty), each name once."""
+        return _baseline_names(self.baseline)
+
+
+def _baseline_names(baseline: str) -> list[str]:
+    """The ``baseline`` setting as a list (``none``: empty), each name once; a name outside :data:`BASELINE_NAMES` is a ``ValueError``."""
+    names = [v.strip() for v in baseline.split(",") if v.strip() and v.strip() != "none"]
+    unknown = [v for v in names if v not in BASELINE_NAMES]
+    if unknown:
+        raise ValueError(f"baseline={baseline!r}: unknown {', '.join(unknown)}; valid: none or a comma-separated list of {', '.join(BASELINE_NAMES)}")
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class JspGfnRun:
+    """The settings of ``run jsp-gfn``: the data, model and policy (:class:`~gflownet_measure.environments.dag_params.DagParamsConfig`),
+    the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`: no state flow, no epsilon, the batches
+    are the objective's own), the batches of each objective (:class:`EdgeTransitions`, :class:`TerminalRing`), the behaviour
+    policy's exploration, the evaluation, the gold standard beyond it, the baselines, and the experiment's own."""
+
+    space: env.DagParamsConfig
+    training: TrainingConfig
+    transitions: EdgeTransitions
+    ring: TerminalRing
+    exploration: Exploration
+    evaluation: Evaluation
+    gold_standard: GoldStandard
+    baselines: Baselines
+    objective: str = option(
         "undirected_subtb",
         "undirected_subtb: eq. 8 of Deleu et al. 2023 on replayed edge transitions; tb: trajectory balance on whole trajectories with a learned log Z (started at the untrained policy's importance-weighted log Z); vargrad: the log-variance of the trajectories' log-weights (no log Z)",
         choices=("undirected_subtb", "tb", "vargrad"),
-    ),
+    )
+    lr_theta: float = option(
+        0.0,
+        "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression",
+        low=0.0,
+    )
+    lr_calibrate: float = option(0.01, "Adam learning rate of the stop offsets per edge count (calibrate=true)", low=0.0)
+    ema: float = _declared(ema_setting(0.999))
+
+    def __post_init__(self):
+        check_options(self)
+
+
+SETTINGS = {
+    **env.SETTINGS,
+    **training_settings(without=("steps", "batch_size", "lr_flow", "epsilon", "lr_backward"), lr=1e-4, grad_clip=0.0),  # no state flow, own batches
     "steps": Setting(2000, "gradient updates (one per environment step of every graph)", low=1),
     "batch_size": Setting(
         64, "per update: replayed edge transitions (undirected_subtb) or trajectories drawn forward from the exploring policy (tb, vargrad)", low=1
     ),
-    "replayed": Setting(
-        0,
-        "tb, vargrad: per update, terminal states drawn from a ring of visited ones (rank-prioritised by log R) and walked back to s0 with P_B",
-        low=0,
-    ),
-    "ring_capacity": Setting(2000, "tb, vargrad: terminal states the ring of replayed keeps (FIFO)", low=1),
-    "rank_weight": Setting(0.01, "tb, vargrad: priority 1 / (rank_weight n + rank) of the ring's draws, rank 0 the highest log R", low=1e-8),
-    "lr_calibrate": Setting(0.01, "Adam learning rate of the stop offsets per edge count (calibrate=true)", low=0.0),
-    "reference": Setting(
-        "none",
-        "beyond the exact posterior (d > 5): mc3-collapsed scores the sampler's and its start's edge and path marginals against a gold standard, the collapsed structure MC3 on the model's closed-form marginal (linear-Gaussian or BDeu; reference_chains x reference_steps steps); none",
-        choices=("none", "mc3-collapsed"),
-    ),
-    "reference_chains": Setting(8, "reference=mc3-collapsed: chains, from different starts", low=2),
-    "reference_steps": Setting(
-        16_000_000,
-        "reference=mc3-collapsed: steps per chain after a quarter as many of burn-in (16M: split-R-hat 1.002, chains within 0.02, about 4 min at d = 20; baselines/collapsed_mc3.py)",
-        low=1,
-    ),
-    "weight_samples": Setting(
-        1000,
-        "on-policy trajectories whose log-weights w = log R + sum log P_B - sum log P_F give elbo, log_weight_sd, ess and iw_log_Z, for the sampler and for its untrained start (start_*)",
-        low=2,
-    ),
-    "lr_theta": Setting(
-        0.0,
-        "Adam learning rate of the theta head P_phi(theta | G) alone (its own layers, not the shared backbone); 0 = lr. Two time scales: a slow structure policy, a fast conditional regression",
-        low=0.0,
-    ),
-    "theta_samples": Setting(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1),
-    "prefill": Setting(1000, "undirected_subtb: uniform-policy environment steps that fill the replay buffer before training", low=1),
-    "replay_capacity": Setting(100000, "undirected_subtb: edge transitions kept (FIFO)", low=1),
-    "num_envs": Setting(8, "undirected_subtb: graphs grown in parallel; one step each per update", low=1),
-    "min_exploration": Setting(
-        0.1, "final probability of a uniform move (1 during prefill, then linear to this over anneal_fraction of the steps)", low=0.0, high=1.0
-    ),
-    "anneal_fraction": Setting(
-        0.5, "share of the steps over which uniform moves decay from 1 to min_exploration (the public code: half of 100,000)", low=1e-6, high=1.0
-    ),
-    "delta": Setting(1.0, "Huber threshold of eq. 8 (> 0)", low=1e-6),
-    "penalty": Setting(False, "add the length-2 score-matching penalty of eq. C.21", choices=(True, False)),
-    "batch_size_data": Setting(0, "rows of the data per log-reward estimate (eq. 13; 0 = all N)", low=0),
-    "posterior_samples": Setting(1000, "K: final (G, theta) samples from the learned policy", low=2),
-    "exact": Setting(
-        "auto",
-        "score against the exact posterior (enumerated DAGs; d <= 5): auto = where d <= 5, on, off (sample metrics: held-out NLL, E-SHD, AUROC, log P_T vs log R)",
-        choices=("auto", "on", "off"),
-    ),
-    "eval_samples": Setting(200, "posterior samples per evaluation during training where the exact posterior is not used", low=2),
-    "fit_samples": Setting(
-        1000,
-        "samples whose log P_T is estimated (beam search + importance sampling) for the log P_T vs log R fit, where the exact posterior is not used",
-        low=2,
-    ),
-    "fit_budget": Setting(
-        4.0,
-        "policy evaluations of the log P_T estimate, as a multiple of the training's steps x (2 batch_size + num_envs): it takes the first samples (up to fit_samples) whose bound |E| (128 + fit_orders) fits, at least 2 (fit_samples in metrics.json says how many), so the fit costs about a third of the training; 0 = fit_samples exactly",
-        low=0.0,
-    ),
-    "fit_orders": Setting(
-        1000,
-        "uniformly random edge orders per graph in the importance-sampling half of that estimate (Deleu et al. 2023, D.3.2): its cost, and its variance, scale with it",
-        low=1,
-    ),
-    "baseline": Setting(
-        "none",
-        "baselines on the same data, comma-separated: gibbs (Gibbs-MC3: exact conjugate theta draws for linear models, adaptive MALA moves for the others), mh (MH-MC3, joint random-walk theta moves), b-ges, b-pc (bootstrap GES / PC, causal-learn; linear models), dibs (DiBS, dibs-lib), bcd (BCD Nets, torch; linear models, d <= 7), vbg (VBG: a structure GFlowNet and a mean-field q(theta); linear models); none. What cannot run is skipped (baselines.json says why)",
-    ),
-    "bootstraps": Setting(100, "bootstrap resamples (one DAG each) of b-ges and b-pc", low=1),
-    "dibs_steps": Setting(1000, "SVGD steps of dibs (30 particles)", low=1),
-    "bcd_steps": Setting(
-        20000, "ELBO steps of bcd (BCD Nets, 64 samples each; the paper's 20,000, about 5 min at d = 5 on one core), posterior_samples draws", low=1
-    ),
-    "vbg_steps": Setting(
-        10000, "GFlowNet updates of vbg (VBG; its public code: 30,000 at d = 5), in vbg_rounds rounds each ended by an update of q(theta)", low=1
-    ),
-    "vbg_rounds": Setting(10, "rounds of vbg: updates of its q(theta) from 1,000 graphs of the GFlowNet (its public code: 15)", low=1),
-    "mcmc_steps": Setting(20000, "MCMC iterations per chain after burn-in (mcmc_chains chains, thinned to posterior_samples in all)", low=1),
-    "mcmc_chains": Setting(4, "independent chains of gibbs and mh, each started from the empty graph", low=1),
-    "mcmc_burn_in": Setting(
-        0.25,
-        "burn-in of each chain of gibbs and mh, as a fraction of mcmc_steps (the MC3 script of the VBG code, Nishikawa-Toomey et al. 2022: 10 of 10,000, 0.001)",
-        low=0.0,
-    ),
-    "mcmc_budget": Setting(
-        "steps",
-        "steps: gibbs, mh and mc3-collapsed run mcmc_steps per chain (a step budget, as the papers); matched: each runs for the wall-clock seconds of this run's training (metrics' seconds), its chains thinned evenly to posterior_samples (baselines at matched wall clock)",
-        choices=("steps", "matched"),
-    ),
-    "mh_theta_step": Setting(0.05, "step size of mh's Gaussian random walk on the active weights (that VBG script: 0.001)", low=1e-9),
-    "ema": ema_setting(0.999),
+    **settings_of(JspGfnRun),
+    **settings_of(EdgeTransitions),
+    **settings_of(TerminalRing),
+    **settings_of(Exploration),
+    **settings_of(Evaluation),
+    **settings_of(GoldStandard),
+    **settings_of(Baselines),
 }
 
-PRESETS = {
+PRESETS: dict[str, dict] = {
     # d = 3 in about a minute; the weight average's horizon is 100 updates (docs/results.md, section 4: 'The sampler', 'd = 3, quick preset')
     "quick": {"d": 3, "steps": 2000, "batch_size": 64, "theta_samples": 16, "prefill": 200, "lr": 3e-4, "eval_every": 500, "ema": 0.99},
     # d = 20 on a CPU: trajectory balance from the one-step reward lookahead's greedy start, with stop offsets per edge count
@@ -240,16 +356,17 @@ PRESETS = {
 }
 
 
-def exploration(cfg: dict, step: int) -> float:
+def exploration(settings: JspGfnRun, step: int) -> float:
     """Probability of a uniform move at update ``step``, from the run's ``steps``, ``anneal_fraction`` and ``min_exploration``
-    (:func:`~gflownet_measure.environments.dag_params.replay.uniform_move_probability`)."""
-    return uniform_move_probability(step, cfg["steps"], cfg["anneal_fraction"], cfg["min_exploration"])
+    (:meth:`Exploration.probability`)."""
+    return settings.exploration.probability(step, settings.training.steps)
 
 
-def _exact(cfg: dict, d: int) -> bool:
+def _exact(settings: JspGfnRun, d: int) -> bool:
     """Whether a run scores against the exact posterior: ``exact=on``, or ``auto`` with ``d <= 5`` and a linear-Gaussian model (setting ``exact``)."""
-    linear = env.MODELS[cfg["model"]][0] == "lingauss"
-    return cfg["exact"] == "on" or (cfg["exact"] == "auto" and d <= MAX_ENUMERATE and linear)
+    linear = env.MODELS[settings.space.model][0] == "lingauss"
+    exact = settings.evaluation.exact
+    return exact == "on" or (exact == "auto" and d <= MAX_ENUMERATE and linear)
 
 
 def _problem(space: env.DagParamsConfig) -> env.Problem:
@@ -260,35 +377,44 @@ def _problem(space: env.DagParamsConfig) -> env.Problem:
         raise ConfigError(str(e)) from None
 
 
-def baseline_names(cfg: dict) -> list[str]:
-    """The ``baseline`` setting as a list (``none``: empty); a name outside :data:`BASELINE_NAMES` is a :class:`ConfigError`."""
-    names = [v.strip() for v in str(cfg["baseline"]).split(",") if v.strip() and v.strip() != "none"]
-    unknown = [v for v in names if v not in BASELINE_NAMES]
-    if unknown:
-        raise ConfigError(f"baseline={cfg['baseline']!r}: unknown {', '.join(unknown)}; valid: none or a comma-separated list of {', '.join(BASELINE_NAMES)}")
-    return list(dict.fromkeys(names))
+def budget(settings: JspGfnRun, seed: int, seconds: float = 0.0) -> structure_baselines.Budget:
+    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names
+    (:class:`Baselines`, ``posterior_samples``, and the space's ``max_parents`` and ``edges_per_node``); with
+    ``mcmc_budget=matched``, the MCMC baselines' wall clock is ``seconds`` (the training's)."""
+    b, space = settings.baselines, settings.space
+    return structure_baselines.Budget(
+        seed=seed,
+        posterior_samples=settings.evaluation.posterior_samples,
+        max_parents=space.max_parents,
+        edges_per_node=space.edges_per_node,
+        mcmc_steps=b.mcmc_steps,
+        mcmc_chains=b.mcmc_chains,
+        mcmc_burn_in=b.mcmc_burn_in,
+        mh_theta_step=b.mh_theta_step,
+        dibs_steps=b.dibs_steps,
+        bcd_steps=b.bcd_steps,
+        vbg_steps=b.vbg_steps,
+        vbg_rounds=b.vbg_rounds,
+        bootstraps=b.bootstraps,
+        mcmc_seconds=seconds if b.mcmc_budget == "matched" else 0.0,
+    )
 
 
-def budget(cfg: dict, seed: int, seconds: float = 0.0) -> structure_baselines.Budget:
-    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names;
-    with ``mcmc_budget=matched``, the MCMC baselines' wall clock is ``seconds`` (the training's)."""
-    return build(structure_baselines.Budget, cfg | {"seed": seed, "mcmc_seconds": seconds if cfg["mcmc_budget"] == "matched" else 0.0})
-
-
-def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out: Path, seconds: float) -> dict:
+def _baselines(settings: JspGfnRun, problem: env.Problem, exact: ExactPosterior | None, seed: int, out: Path, seconds: float) -> dict:
     """Every baseline of the ``baseline`` setting on the same data, its metrics prefixed by its name (``b-ges`` -> ``b_ges_``):
     the sample metrics of :func:`sample_metrics` (held-out NLL where it has theta in the model's layout, E-SHD, AUROC) and,
     with the exact posterior, its marginals' RMSEs and theta NLL. ``seconds``: the training's wall clock, the MCMC
     baselines' with ``mcmc_budget=matched``. ``baselines.json`` records which ran and why others were skipped."""
-    metrics, record = {}, {}
-    for name in baseline_names(cfg):
-        result = structure_baselines.sample(name, problem.model, budget(cfg, seed, seconds))
+    metrics: dict[str, float] = {}
+    record: dict[str, str] = {}
+    for name in settings.baselines.names:
+        result = structure_baselines.sample(name, problem.model, budget(settings, seed, seconds))
         if isinstance(result, str):
             record[name] = f"skipped: {result}"
             print(f"jsp-gfn: baseline {name} skipped: {result}", file=sys.stderr)
             continue
         samples, extra = result
-        graphs, thetas, seconds = samples.graphs, samples.thetas, samples.seconds
+        graphs, thetas = samples.graphs, samples.thetas
         write_file(out / f"baseline_{name}.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8)))
         m = sample_metrics(problem if thetas is not None else dataclasses.replace(problem, heldout=None), graphs, thetas)
         if exact is not None:
@@ -296,22 +422,46 @@ def _baselines(cfg: dict, problem, exact: ExactPosterior | None, seed: int, out:
             if thetas is not None:
                 m["theta_nll"] = float(exact.theta_metric(graphs, thetas.double()).mean())
         prefix = name.replace("-", "_") + "_"
-        metrics |= {prefix + k: v for k, v in (m | extra | {"seconds": seconds, "samples": len(graphs)}).items()}
+        metrics |= {prefix + k: v for k, v in (m | extra | {"seconds": samples.seconds, "samples": len(graphs)}).items()}
         record[name] = "ran"
     if record:
         write_text(out / "baselines.json", json.dumps(record, indent=1) + "\n")
     return metrics
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
-    space = build(env.DagParamsConfig, cfg)
+def _prefix(gfn: nn.Module, part: nn.Module | nn.Parameter) -> str:
+    """The parameter-name prefix :func:`~gflownet_measure.training.make_optimizer` groups ``part`` of ``gfn`` by: a
+    submodule's qualified name and a dot (every parameter under it), or a parameter's own name, found in ``gfn`` itself."""
+    if isinstance(part, nn.Parameter):
+        found = [name for name, p in gfn.named_parameters() if p is part]
+    else:
+        found = [name + "." for name, m in gfn.named_modules() if m is part]
+    if not found:
+        raise ValueError(f"{type(part).__name__} is not a part of the GFlowNet trained")
+    return found[0]
+
+
+def _module_rates(settings: JspGfnRun, gfn: GFlowNet, pf: JSPPolicy) -> dict[str, float]:
+    """The parts of ``gfn`` that train at their own Adam rates (``lr_modules`` of :func:`~gflownet_measure.experiments.common.train_gflownet`):
+    the theta head at ``lr_theta`` (where it is not 0), the stop offsets per edge count at ``lr_calibrate`` (``calibrate=true``)."""
+    rates = {_prefix(gfn, pf.network.theta_head): settings.lr_theta} if settings.lr_theta else {}
+    if settings.space.calibrate:
+        if pf.stop_offsets is None:
+            raise ValueError("calibrate=true, but the policy has no stop offsets")
+        rates[_prefix(gfn, pf.stop_offsets)] = settings.lr_calibrate
+    return rates
+
+
+def run(settings: JspGfnRun, context: RunContext) -> dict:
+    space, evaluation, out, resume = settings.space, settings.evaluation, context.out, context.resume
     problem = _problem(space)
     graph = env.make_graph(space, problem)
     pf, pb = env.make_policies(graph, space, problem)
-    model, d = problem.model, graph.kappa.d
-    exact = ExactPosterior(model, cfg["max_parents"] or None) if _exact(cfg, d) else None  # the posterior over the DAGs the kernel reaches
+    model, d = problem.model, problem.model.d
+    # the posterior over the DAGs the kernel reaches (a linear-Gaussian model's: _exact, and validate for exact=on)
+    exact = ExactPosterior(model, space.max_parents or None) if _exact(settings, d) and isinstance(model, LinearGaussian) else None
 
-    def scores(policy, prefix: str = "", n: int = cfg["eval_samples"], drawn: tuple | None = None) -> dict:
+    def scores(policy: JSPPolicy, prefix: str = "", n: int = evaluation.eval_samples, drawn: tuple | None = None) -> dict:
         """Against the exact posterior, or the sample metrics of ``n`` draws (``drawn``: ones already made)."""
         if exact is not None:
             m = graph_metrics(policy, exact)[0]
@@ -324,69 +474,70 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     def measure_start() -> dict:
         """The untrained policy: its scores and marginals from one set of ``posterior_samples`` draws, its log-weights."""
         with torch.no_grad():
-            drawn = posterior_samples(graph, pf, cfg["posterior_samples"])
-        return scores(pf, drawn=drawn) | balance_metrics(graph, pf, pb, cfg["weight_samples"]) | _marginals(drawn[0])
+            drawn = posterior_samples(graph, pf, evaluation.posterior_samples)
+        return scores(pf, drawn=drawn) | balance_metrics(graph, pf, pb, evaluation.weight_samples) | _marginals(drawn[0])
 
     start = _start_metrics(out, resume, measure_start)
-    gfn, objective, batches = _training_parts(cfg, graph, pf, pb, model, start, resume)
-    ema = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None  # when on, the average is the sampler
-    sampler = pf if ema is None else ema.module
+    gfn, objective, batches = _training_parts(settings, graph, pf, pb, model, start, resume)
+    ema = WeightAverage(pf, settings.ema) if settings.ema > 0 else None  # when on, the average is the sampler
+    sampler = pf if ema is None else cast(JSPPolicy, ema.module)  # the average is a copy of pf
 
     def evaluate() -> dict:
-        m = scores(sampler) | balance_metrics(graph, sampler, pb, cfg["eval_samples"])
+        m = scores(sampler) | balance_metrics(graph, sampler, pb, evaluation.eval_samples)
         return m | (scores(pf, "last_") if ema is not None else {}) | learned_log_Z(objective, gfn, graph)
 
-    lr_modules = {"pf.network.theta_head.": cfg["lr_theta"]} if cfg["lr_theta"] else {}
-    if cfg["calibrate"]:
-        lr_modules |= {"pf.stop_offsets": cfg["lr_calibrate"]}
-    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, batches, ema, lr_modules)
+    lr_modules = _module_rates(settings, gfn, pf)
+    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, resume, evaluate, batches, ema, lr_modules)
     with torch.no_grad():
-        graphs, thetas = posterior_samples(graph, sampler, cfg["posterior_samples"])
+        graphs, thetas = posterior_samples(graph, sampler, evaluation.posterior_samples)
     write_file(out / "samples.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy()))
     with torch.no_grad():
         if exact is not None:
             metrics, arrays = posterior_metrics(sampler, exact, graphs, thetas, problem.true_adj)
             if ema is not None:  # the last iterate on the papers' estimator too: K samples of its own
-                last_graphs = posterior_samples(graph, pf, cfg["posterior_samples"])[0]
+                last_graphs = posterior_samples(graph, pf, evaluation.posterior_samples)[0]
                 metrics |= {f"last_{k}_samples": v for k, v in feature_metrics(last_graphs, exact.features()).items()}
         else:
-            n_fit = min(cfg["fit_samples"], len(graphs))
+            n_fit = min(evaluation.fit_samples, len(graphs))
             metrics = sample_metrics(problem, graphs, thetas)
-            budget = cfg["fit_budget"] * cfg["steps"] * (2 * cfg["batch_size"] + cfg["num_envs"]) if cfg["fit_budget"] > 0 else None
+            training = settings.training
+            fit_budget = (
+                evaluation.fit_budget * training.steps * (2 * training.batch_size + settings.transitions.num_envs) if evaluation.fit_budget > 0 else None
+            )
             fit, arrays = fit_metrics(
-                sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=cfg["fit_orders"], budget=budget
+                sampler, model, graphs[:n_fit], thetas[:n_fit], generator=seeded_generator(0), progress=True, n_orders=evaluation.fit_orders, budget=fit_budget
             )
             metrics |= fit
             if metrics.get("fit_samples", 0) < MIN_ROBUST_FIT:  # RANSAC on a few dozen points is noise: the plain fit and r stay
                 metrics.pop("log_pt_vs_log_r_slope_robust", None)
             if problem.heldout_nll_truth is not None:  # the generating network's own score of the held-out rows
                 metrics["heldout_nll_truth"] = problem.heldout_nll_truth
-            if isinstance(model, LinearGaussian) and problem.heldout is not None:  # the graphs' share of the held-out error
+            if isinstance(model, LinearGaussian) and isinstance(problem.heldout, LinearGaussian):  # the graphs' share of the held-out error
                 metrics |= conditional_theta_metrics(model, problem.heldout, graphs, problem.true_adj, seeded_generator(0))
-            if cfg["reference"] != "none":
-                metrics |= reference_metrics(cfg, model, graphs, start)
+            if settings.gold_standard.reference != "none":
+                metrics |= reference_metrics(settings, model, graphs, start)
     metrics |= {k: v for k, v in history[-1].items() if k.startswith("last_")}  # the last evaluation scored the final weights
-    metrics |= balance_metrics(graph, sampler, pb, cfg["weight_samples"]) | learned_log_Z(objective, gfn, graph)
+    metrics |= balance_metrics(graph, sampler, pb, evaluation.weight_samples) | learned_log_Z(objective, gfn, graph)
     metrics |= {f"start_{k}": v for k, v in start.items() if not isinstance(v, list)} | {"expected_edges": float(graphs.double().sum((1, 2)).mean())}
     metrics |= {
         "seconds": history[-1]["seconds"],
-        "seconds_per_step": history[-1]["seconds"] / cfg["steps"],
-        "steps": cfg["steps"],
+        "seconds_per_step": history[-1]["seconds"] / settings.training.steps,
+        "steps": settings.training.steps,
         "d": d,
         "n_params": model.n_params,
     }
     if exact is not None:
         metrics |= mean_field_metrics(exact) | {"log_evidence": exact.log_normaliser()}
-        if problem.heldout is not None:  # simulated data: the held-out rows, scored beside as many exact draws
-            exact_draws = exact.sample(cfg["posterior_samples"], seeded_generator(int(torch.initial_seed())))
+        if isinstance(problem.heldout, LinearGaussian):  # simulated data: the held-out rows, scored beside as many exact draws
+            exact_draws = exact.sample(evaluation.posterior_samples, seeded_generator(context.seed))
             metrics |= heldout_metrics(problem.heldout, graphs, thetas) | {f"{k}_exact": v for k, v in heldout_metrics(problem.heldout, *exact_draws).items()}
-    metrics |= _baselines(cfg, problem, exact, int(torch.initial_seed()), out, history[-1]["seconds"])
+    metrics |= _baselines(settings, problem, exact, context.seed, out, history[-1]["seconds"])
     # a Pearson r (or an AUROC, a slope) is undefined when one side is constant, e.g. every sampled graph has the same
     # Markov blankets: such keys are left out, as metrics.json holds finite numbers only
     metrics = {k: v for k, v in metrics.items() if math.isfinite(v)}
-    _figures(cfg, history, exact, arrays, out, d, model.n)
+    _figures(settings, history, exact, arrays, out, d, model.n)
     if problem.true_adj is not None and exact is None:
-        _edge_figure(cfg, problem, graphs, out)
+        _edge_figure(settings, problem, problem.true_adj, graphs, out)
     return metrics
 
 
@@ -414,15 +565,16 @@ def _marginals(graphs: torch.Tensor) -> dict:
     return {"edge_marginals": features["edge"].tolist(), "path_marginals": features["path"].tolist(), "expected_edges": float(features["edge"].sum())}
 
 
-def reference_metrics(cfg: dict, model, graphs: torch.Tensor, start: dict) -> dict:
+def reference_metrics(settings: JspGfnRun, model: CPDModel, graphs: torch.Tensor, start: dict) -> dict:
     """The sampler's and its start's edge and path marginals against a gold standard of :math:`P(G | D)` beyond the exact
     posterior (``reference=mc3-collapsed``: :func:`~gflownet_measure.baselines.collapsed_mc3.gold_standard`, the collapsed
     structure MC3 on the model's closed-form marginal): ``{edge,path}_{rmse,r}_reference`` and ``start_*`` of them, the
     posterior's ``reference_expected_edges`` beside the samples' ``expected_edges``, and the chains' ``reference_rhat`` and
     ``reference_chain_spread`` (how far the gold standard itself is from converged)."""
-    ref = gold_standard(model, cfg["reference_chains"], cfg["reference_steps"], seed=cfg["data_seed"], max_parents=cfg["max_parents"] or None)
+    gold, space = settings.gold_standard, settings.space
+    ref = gold_standard(model, gold.reference_chains, gold.reference_steps, seed=space.data_seed, max_parents=space.max_parents or None)
     features = {"edge": ref.edge, "path": ref.path}
-    out = {f"{k}_reference": v for k, v in feature_metrics(graphs.cpu(), features).items()}
+    out: dict[str, float] = {f"{k}_reference": v for k, v in feature_metrics(graphs.cpu(), features).items()}
     for name, exact in features.items():
         out[f"start_{name}_rmse_reference"], out[f"start_{name}_r_reference"] = rmse_pearson(start[f"{name}_marginals"], exact)
     return out | {
@@ -433,41 +585,42 @@ def reference_metrics(cfg: dict, model, graphs: torch.Tensor, start: dict) -> di
     }
 
 
-def _training_parts(cfg: dict, graph, pf, pb, model, start: dict, resume: bool):
+def _training_parts(
+    settings: JspGfnRun, graph: PointedGraph, pf: JSPPolicy, pb: Policy, model: CPDModel, start: dict, resume: bool
+) -> tuple[GFlowNet, Objective, EdgeReplay | StructureBatches]:
     """``(gfn, objective, batches)`` of the ``objective`` setting: eq. 8 on the edge transitions of :class:`EdgeReplay` (its
     walkers and buffer prefilled by a uniform policy unless the run resumes), or a trajectory objective on
     :class:`~.structure_batches.StructureBatches`, log Z (tb) started at the untrained policy's importance-weighted estimate."""
-    if cfg["objective"] == "undirected_subtb":
-        replay = EdgeReplay(
-            graph, pf, model, cfg["batch_size_data"], cfg["replay_capacity"], cfg["num_envs"], cfg["batch_size"], lambda step: exploration(cfg, step)
-        )
+    batch_size = settings.training.batch_size
+    if settings.objective == "undirected_subtb":
+        eq8 = settings.transitions
+        replay = EdgeReplay(graph, pf, model, eq8.batch_size_data, eq8.replay_capacity, eq8.num_envs, batch_size, lambda step: exploration(settings, step))
         if not resume:  # a resumed run restores the replay and the walkers from its checkpoint
-            replay.prefill(cfg["prefill"])
-        return GFlowNet(pf, pb), configure(UNDIRECTED_SUBTB, cfg), replay
+            replay.prefill(eq8.prefill)
+        return GFlowNet(pf, pb), configure(UNDIRECTED_SUBTB, settings), replay
     gfn = GFlowNet(pf, pb, log_Z=start["iw_log_Z"])
-    batches = StructureBatches(graph, gfn, cfg["batch_size"], cfg["replayed"], lambda step: exploration(cfg, step), cfg["ring_capacity"], cfg["rank_weight"])
-    return gfn, configure(get_objective(cfg["objective"]), cfg), batches
+    ring = settings.ring
+    batches = StructureBatches(graph, gfn, batch_size, ring.replayed, lambda step: exploration(settings, step), ring.ring_capacity, ring.rank_weight)
+    return gfn, configure(get_objective(settings.objective), settings), batches
 
 
-def _edge_figure(cfg: dict, problem, graphs: torch.Tensor, out: Path) -> None:
+def _edge_figure(settings: JspGfnRun, problem: env.Problem, true_adj: torch.Tensor, graphs: torch.Tensor, out: Path) -> None:
     """``edge_marginals.png``: the samples' edge frequencies (and each baseline's, from its ``baseline_<name>.npz``) beside the known graph."""
     marginals = {"JSP-GFN": graphs.double().mean(0).cpu().numpy()}
-    for name in baseline_names(cfg):
+    for name in settings.baselines.names:
         path = out / f"baseline_{name}.npz"
         if path.exists():
             with np.load(path) as z:
                 marginals[BASELINE_NAMES[name]] = z["graphs"].astype(float).mean(0)
     names = list(problem.names) or [str(i) for i in range(problem.model.d)]
-    reference = "consensus graph" if cfg["data"] == "sachs" else "true graph"
-    plot_edge_marginals(
-        marginals, problem.true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)"
-    )
+    reference = "consensus graph" if settings.space.data == "sachs" else "true graph"
+    plot_edge_marginals(marginals, true_adj.cpu().numpy(), names, out / "edge_marginals.png", f"posterior edge marginals beside the {reference} (outlined)")
 
 
-def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: int, n: int) -> None:
+def _figures(settings: JspGfnRun, history: list[dict], exact: ExactPosterior | None, arrays: dict, out: Path, d: int, n: int) -> None:
     """``edge_rmse.png`` (or ``heldout_nll.png``) over training, and ``posterior.png``: the learned marginals against the exact
     ones and log P_T against log R (or, beyond the exact posterior, log P_T against log R coloured by edge count)."""
-    title = f"JSP-GFN, d = {d}, N = {n}, {cfg['model']}"
+    title = f"JSP-GFN, d = {d}, N = {n}, {settings.space.model}"
     if exact is not None:
         plot_history(history, "edge_rmse", out / "edge_rmse.png", f"edge-marginal RMSE to the exact posterior (d = {d})")
         off = ~np.eye(d, dtype=bool)
@@ -485,7 +638,7 @@ def _figures(cfg: dict, history: list[dict], exact, arrays: dict, out: Path, d: 
     plot_fit(arrays, out / "posterior.png", title)
 
 
-def update_bytes(cfg: dict, problem) -> float:
+def update_bytes(settings: JspGfnRun, problem: env.Problem) -> float:
     """Peak memory of one update, the largest of three estimates (bytes):
 
     - the S x S residual pairs of eq. 8: about 3.3 d^2 bytes per transition and pair (measured at d = 3, 64 transitions,
@@ -496,60 +649,60 @@ def update_bytes(cfg: dict, problem) -> float:
     - the walkers' forward kernel: ``num_envs`` x d^2 atoms of d^2 + P + 1 numbers, three copies of 4 bytes.
     """
     model = problem.model
-    d, B, S = model.d, cfg["batch_size"], cfg["theta_samples"]
-    M = cfg["batch_size_data"] if 0 < cfg["batch_size_data"] < model.n else model.n
+    eq8 = settings.transitions
+    d, B, S = model.d, settings.training.batch_size, eq8.theta_samples
+    M = eq8.batch_size_data if 0 < eq8.batch_size_data < model.n else model.n
     width = max(getattr(model, "hidden", d), getattr(model, "outputs", 1))
     pairs = 3.3 * d * d * B * S**2
     likelihood = 8 * 2 * S * B * M * d * width * 3
-    walkers = 12 * cfg["num_envs"] * d * d * (d * d + model.n_params + 1)
+    walkers = 12 * eq8.num_envs * d * d * (d * d + model.n_params + 1)
     return max(pairs, likelihood, walkers)
 
 
-def _validate_transitions(cfg: dict) -> None:
-    """Eq. 8's replay: a batch no larger than the buffer, nor than the transitions of the prefill."""
-    if cfg["batch_size"] > cfg["replay_capacity"]:
+def _validate_transitions(batch_size: int, eq8: EdgeTransitions) -> None:
+    """Eq. 8's replay: a batch (``batch_size``) no larger than the buffer, nor than the transitions of the prefill."""
+    if batch_size > eq8.replay_capacity:
         raise ConfigError(
-            f"batch_size={cfg['batch_size']} exceeds replay_capacity={cfg['replay_capacity']}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity"
+            f"batch_size={batch_size} exceeds replay_capacity={eq8.replay_capacity}: an update replays batch_size transitions from the buffer; lower batch_size or raise replay_capacity"
         )
-    if cfg["batch_size"] > cfg["prefill"] * cfg["num_envs"]:
+    if batch_size > eq8.prefill * eq8.num_envs:
         raise ConfigError(
-            f"batch_size={cfg['batch_size']} exceeds the {cfg['prefill'] * cfg['num_envs']} transitions of prefill={cfg['prefill']} x num_envs={cfg['num_envs']}: the first updates would replay fewer; raise prefill to at least {-(-cfg['batch_size'] // cfg['num_envs'])}"
+            f"batch_size={batch_size} exceeds the {eq8.prefill * eq8.num_envs} transitions of prefill={eq8.prefill} x num_envs={eq8.num_envs}: the first updates would replay fewer; raise prefill to at least {-(-batch_size // eq8.num_envs)}"
         )
 
 
-def validate(cfg: dict, d: int | None = None) -> None:
-    """The data (a user's CSV is read and checked), the baselines, the replay batch against the buffer, the mini-batch
-    against the rows, and the memory of one update (:func:`update_bytes`)."""
-    baseline_names(cfg)
-    space = build(env.DagParamsConfig, cfg | ({"d": d} if d else {}))
-    problem = _problem(space)
-    d = problem.model.d
-    if cfg["exact"] == "on" and d > MAX_ENUMERATE:
+def validate(settings: JspGfnRun) -> None:
+    """The data (a user's CSV is read and checked), the replay batch against the buffer, the mini-batch against the rows,
+    and the memory of one update (:func:`update_bytes`); the baselines' names are checked when the settings are built."""
+    problem = _problem(settings.space)
+    d, model, evaluation = problem.model.d, settings.space.model, settings.evaluation
+    reference, batch_size, eq8 = settings.gold_standard.reference, settings.training.batch_size, settings.transitions
+    if evaluation.exact == "on" and d > MAX_ENUMERATE:
         raise ConfigError(
             f"exact=on scores against the exact posterior, which enumerates the DAGs for d <= {MAX_ENUMERATE}; d = {d}: use exact=auto or off (held-out NLL, E-SHD, AUROC and the log P_T vs log R fit)"
         )
-    if cfg["exact"] == "on" and not isinstance(problem.model, LinearGaussian):
-        raise ConfigError(f"exact=on needs the closed-form posterior of a linear-Gaussian model; model={cfg['model']} has none: use exact=auto or off")
-    if cfg["reference"] != "none":
-        if _exact(cfg, d):
+    if evaluation.exact == "on" and not isinstance(problem.model, LinearGaussian):
+        raise ConfigError(f"exact=on needs the closed-form posterior of a linear-Gaussian model; model={model} has none: use exact=auto or off")
+    if reference != "none":
+        if _exact(settings, d):
             raise ConfigError(
-                f"reference={cfg['reference']} is a gold standard beyond the exact posterior, which this run (d = {d}) scores against: use reference=none, or exact=off"
+                f"reference={reference} is a gold standard beyond the exact posterior, which this run (d = {d}) scores against: use reference=none, or exact=off"
             )
         if no_closed_form(problem.model):
-            raise ConfigError(f"reference={cfg['reference']}: {no_closed_form(problem.model)}; use reference=none")
-    if cfg["objective"] == "undirected_subtb":
-        _validate_transitions(cfg)
-    elif cfg["batch_size_data"]:
+            raise ConfigError(f"reference={reference}: {no_closed_form(problem.model)}; use reference=none")
+    if settings.objective == "undirected_subtb":
+        _validate_transitions(batch_size, eq8)
+    elif eq8.batch_size_data:
         raise ConfigError(
-            f"batch_size_data={cfg['batch_size_data']} estimates the reward of eq. 8's transitions on a mini-batch; objective={cfg['objective']} scores whole trajectories with the full-data reward: use batch_size_data=0"
+            f"batch_size_data={eq8.batch_size_data} estimates the reward of eq. 8's transitions on a mini-batch; objective={settings.objective} scores whole trajectories with the full-data reward: use batch_size_data=0"
         )
-    elif cfg["replayed"] > cfg["ring_capacity"]:
-        raise ConfigError(f"replayed={cfg['replayed']} exceeds ring_capacity={cfg['ring_capacity']}: lower replayed or raise ring_capacity")
-    if cfg["batch_size_data"] > problem.model.n:
+    elif settings.ring.replayed > settings.ring.ring_capacity:
+        raise ConfigError(f"replayed={settings.ring.replayed} exceeds ring_capacity={settings.ring.ring_capacity}: lower replayed or raise ring_capacity")
+    if eq8.batch_size_data > problem.model.n:
         raise ConfigError(
-            f"batch_size_data={cfg['batch_size_data']} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all"
+            f"batch_size_data={eq8.batch_size_data} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all"
         )
-    require_memory(update_bytes(cfg, problem), f"d={d} with model={cfg['model']}, batch_size={cfg['batch_size']}, theta_samples={cfg['theta_samples']}")
+    require_memory(update_bytes(settings, problem), f"d={d} with model={model}, batch_size={batch_size}, theta_samples={eq8.theta_samples}")
 
 
 register(
@@ -560,6 +713,7 @@ register(
         PRESETS,
         run,
         validate,
+        settings_type=JspGfnRun,
     )
 )
 
@@ -575,7 +729,7 @@ def _d1(edge: tuple, path: tuple, markov: tuple, suffix: str = "") -> dict:
     return row
 
 
-PAPER = {  # docs/references.md, 'Table 3 and Table D.1'. Both papers estimate the marginals from K sampled graphs, so their
+PAPER: dict[str, dict] = {  # docs/references.md, 'Table 3 and Table D.1'. Both papers estimate the marginals from K sampled graphs, so their
     # values stand beside our *_samples keys, never beside the exact-P_T ones
     "lahlou_table3": {  # Lahlou et al. 2023, Table 3 / C.2, GFlowNet row: RMSE (Pearson r) and Params
         3: {
@@ -637,24 +791,65 @@ BASELINE_KEYS = {
 }
 
 
-def _dims(cfg: dict) -> list[int]:
-    """The ``dims`` setting as numbers; a value that is not a number of variables in ``2..MAX_NODES`` is a :class:`ConfigError`."""
-    try:
-        dims = [int(v) for v in str(cfg["dims"]).split(",")]
-    except ValueError:
-        dims = []
-    if not dims or any(not 2 <= v <= env.MAX_NODES for v in dims):
-        raise ConfigError(f"dims={cfg['dims']!r}: give comma-separated numbers of variables in 2..{env.MAX_NODES}, e.g. 3,4,5 or 20")
-    return dims
+PER_RUN = ("data", "d", "data_seed")
+"""The settings of a run that are not the table's: each run's own (its ``d`` of ``dims``, simulated data, its dataset's number)."""
 
 
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ("d", "data", "data_seed")} | {
-    "dims": Setting(
+@dataclass(frozen=True)
+class TableExecution:
+    """Where and how many of the table's runs train at once (:data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`)."""
+
+    jobs: int = _declared(EXECUTION_SETTINGS["jobs"])
+    executor: str = _declared(EXECUTION_SETTINGS["executor"])
+    address: str = _declared(EXECUTION_SETTINGS["address"])
+
+
+@dataclass(frozen=True)
+class JspTable:
+    """The settings of ``run jsp-table``: those its runs share (:class:`JspGfnRun`, whose :data:`PER_RUN` settings are
+    each run's own: :meth:`sub_run`), the numbers of variables and datasets, and where the runs train."""
+
+    runs: JspGfnRun
+    execution: TableExecution
+    dims: str = option(
         "3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"
-    ),
-    "datasets": Setting(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1),
-    **EXECUTION_SETTINGS,
-}
+    )
+    datasets: int = option(3, "simulated ER datasets per d (data_seed 0, 1, ...)", low=1)
+
+    def __post_init__(self):
+        check_options(self)
+        _dims(self.dims)  # a bad list is a ValueError here, a ConfigError on the command line
+
+    @property
+    def dimensions(self) -> list[int]:
+        """``dims`` as numbers."""
+        return _dims(self.dims)
+
+    def sub_run(self, d: int, dataset: int) -> JspGfnRun:
+        """The settings of the run of ``d`` variables on simulated dataset ``dataset`` (its ``data_seed``)."""
+        return dataclasses.replace(self.runs, space=dataclasses.replace(self.runs.space, d=d, data="", data_seed=dataset))
+
+
+def _dims(dims: str) -> list[int]:
+    """The ``dims`` setting as numbers; a value that is not a number of variables in ``2..MAX_NODES`` is a ``ValueError``."""
+    try:
+        numbers = [int(v) for v in dims.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or any(not 2 <= v <= env.MAX_NODES for v in numbers):
+        raise ValueError(f"dims={dims!r}: give comma-separated numbers of variables in 2..{env.MAX_NODES}, e.g. 3,4,5 or 20")
+    return numbers
+
+
+def _flat(settings: JspGfnRun) -> dict:
+    """A run's flat settings as ``config.json`` records them: :func:`~gflownet_measure.experiments.settings.flatten` of
+    ``settings`` on the keys of :data:`SETTINGS` (the training settings it does not declare left out), the table's
+    own :data:`PER_RUN` last (the order a table's runs have always recorded)."""
+    flat = flatten(settings)
+    return {k: flat[k] for k in SETTINGS if k not in PER_RUN} | {k: flat[k] for k in PER_RUN}
+
+
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in PER_RUN} | settings_of(JspTable) | settings_of(TableExecution)
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
     "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},
@@ -663,19 +858,19 @@ TABLE_PRESETS = {
 }
 
 
-def run_table(cfg: dict, out: Path, resume: bool) -> dict:
+def run_table(table: JspTable, context: RunContext) -> dict:
     """One jsp-gfn run per (d, dataset) in ``out/d<d>/data<k>`` (finished ones kept on resume), then the table beside the
     paper (``d <= 5``) or beside the baselines (beyond)."""
-    seed = torch.initial_seed()
-    dims = _dims(cfg)
-    sub_cfg = {key: v for key, v in cfg.items() if key not in ("dims", "datasets", *EXECUTION_SETTINGS)} | {"data": ""}
-    jobs = [SubRun(out / f"d{d}" / f"data{k}", seed + k, sub_cfg | {"d": d, "data_seed": k}) for d in dims for k in range(cfg["datasets"])]
-    results = iter(run_many(run, jobs, resume, cfg["jobs"], executor=cfg["executor"], address=cfg["address"]))
-    rows = {d: [next(results) for _ in range(cfg["datasets"])] for d in dims}
-    names = baseline_names(cfg)
-    history, lines, metrics = [], [], {}
+    out, dims, datasets, settings, execution = context.out, table.dimensions, table.datasets, table.runs, table.execution
+    jobs = [SubRun(out / f"d{d}" / f"data{k}", context.seed + k, _flat(table.sub_run(d, k)), settings_type=JspGfnRun) for d in dims for k in range(datasets)]
+    results = iter(run_many(run, jobs, context.resume, execution.jobs, executor=execution.executor, address=execution.address))
+    rows = {d: [next(results) for _ in range(datasets)] for d in dims}
+    names, model = settings.baselines.names, settings.space.model
+    history: list[dict] = []
+    lines: list[str] = []
+    metrics: dict[str, float] = {}
     for d, ms in rows.items():
-        exact = _exact(cfg, d)
+        exact = _exact(settings, d)
         keys = TABLE_KEYS if exact else SAMPLE_KEYS
         for k, m in enumerate(ms):
             history.append({"step": len(history) + 1, "trajectories": 0, "d": d, "dataset": k} | {key: m[key] for key in keys if key in m})
@@ -696,14 +891,12 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         )
         optional += tuple(f"{b.replace('-', '_')}_{key}" for b in names for key in BASELINE_KEYS[exact] + ("seconds",))
         extra = [key for key in optional if all(key in m for m in ms)]
-        _plot_table(cfg, d, ms, exact, out / f"table_d{d}.png")
-        graph = f"ER{cfg['edges_per_node']:g}"
-        d1_row = PAPER["deleu_d1"].get(cfg["model"], {}) | {
-            f"{b.replace('-', '_')}_{k}": v for b in names for k, v in PAPER["deleu_d1_baselines"].get(b, {}).items()
-        }
-        d1_head = f"paper (Deleu D.1, {D1_ROWS.get(cfg['model'], '-')})"
+        _plot_table(settings, d, ms, exact, out / f"table_d{d}.png")
+        graph = f"ER{settings.space.edges_per_node:g}"
+        d1_row = PAPER["deleu_d1"].get(model, {}) | {f"{b.replace('-', '_')}_{k}": v for b in names for k, v in PAPER["deleu_d1_baselines"].get(b, {}).items()}
+        d1_head = f"paper (Deleu D.1, {D1_ROWS.get(model, '-')})"
         lines += [
-            f"\nd = {d}: {len(ms)} {graph} datasets of N = {cfg['n_data']}, {cfg['model']} (mean ± 95% CI over datasets)",
+            f"\nd = {d}: {len(ms)} {graph} datasets of N = {settings.space.n_data}, {model} (mean ± 95% CI over datasets)",
             f"{'metric':<28} {'ours':>20} {'paper (Lahlou T3)':>18} {d1_head:>24}",
         ]
         for key in tuple(k for k in keys if all(k in m for m in ms)) + tuple(extra):
@@ -717,16 +910,16 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
             d1 = d1_row.get(key) if d == 5 else None
             paper_d1 = "" if d1 is None else f"{d1[0]:.3g}" + ("" if d1[1] is None else f" ± {d1[1]:.2g}")
             lines.append(f"{key:<28} {cell:>20} {'' if t3 is None else f'{t3:.4g}':>18} {paper_d1:>24}")
-    skipped = sorted({line for d in dims for k in range(cfg["datasets"]) for line in _skipped(out / f"d{d}" / f"data{k}")})
+    skipped = sorted({line for d in dims for k in range(datasets) for line in _skipped(out / f"d{d}" / f"data{k}")})
     lines += [f"\nbaseline {line}" for line in skipped]
     lines.append("")
-    if any(_exact(cfg, d) for d in dims):
+    if any(_exact(settings, d) for d in dims):
         lines.append(
-            f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {cfg['posterior_samples']} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies."
+            f"*_rmse, *_r: RMSE and Pearson r of the sampler's exact marginals (P_T summed over every DAG; ours, no Monte Carlo error); *_rmse_samples, *_r_samples: of the frequencies in K = {settings.evaluation.posterior_samples} sampled graphs, the papers' estimator, beside which the papers' values stand. Each baseline's marginals are its samples' frequencies."
         )
     lines.append(
         "The sampler is the exponential moving average of the policy's weights (setting ema); last_*: the last iterate, scored the same way."
-        if cfg["ema"] > 0
+        if settings.ema > 0
         else "The sampler is the last iterate (ema = 0)."
     )
     lines.append(
@@ -742,7 +935,7 @@ def run_table(cfg: dict, out: Path, resume: bool) -> dict:
         "theta_nll: mean of -log P(theta_k | G_k, D) over samples, without the 1/N factor (the scale of the paper's numbers, docs/references.md, 'Metrics'); theta_nll_exact: what an exact sampler scores (not a bound: a theta density narrower than the posterior scores lower)."
     )
     write_table(out, "\n".join(lines).strip() + "\n", history, out / f"d{next(iter(rows))}" / "data0", ("posterior.png",))
-    return metrics | {"datasets": cfg["datasets"]}
+    return metrics | {"datasets": datasets}
 
 
 def _skipped(folder: Path) -> list[str]:
@@ -754,10 +947,10 @@ def _skipped(folder: Path) -> list[str]:
 
 
 @optional_figure
-def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> None:
+def _plot_table(settings: JspGfnRun, d: int, ms: list[dict], exact: bool, path: Path) -> None:
     """``table_d<d>.png``: per dataset, the sampler (exact P_T and K samples) beside its last iterate and each baseline: the
     three RMSEs and Params against the exact posterior (beside the papers' means, estimated from samples), or the held-out NLL, E-SHD and AUROC without it."""
-    baselines, model, samples = baseline_names(cfg), cfg["model"], cfg["posterior_samples"]
+    baselines, model, samples = settings.baselines.names, settings.space.model, settings.evaluation.posterior_samples
     panels = []
     if exact:
         for feature, title in (("edge", "edge"), ("path", "path"), ("markov", "Markov-blanket")):
@@ -788,6 +981,11 @@ def _plot_table(cfg: dict, d: int, ms: list[dict], exact: bool, path: Path) -> N
     plot_per_dataset(panels, path, f"JSP-GFN, d = {d}: {len(ms)} datasets (lines: means)")
 
 
+def validate_table(table: JspTable) -> None:
+    """:func:`validate` of the table's largest run (its memory), on the first dataset."""
+    validate(table.sub_run(max(table.dimensions), 0))
+
+
 register(
     Experiment(
         "jsp-table",
@@ -795,7 +993,8 @@ register(
         TABLE_SETTINGS,
         TABLE_PRESETS,
         run_table,
-        lambda cfg: validate(cfg | {"data": ""}, max(_dims(cfg))),
+        validate_table,
         multi_run=True,
+        settings_type=JspTable,
     )
 )

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from gflownet_measure.environments import dag_params as env
 from gflownet_measure.experiments.cli import main
-from gflownet_measure.experiments.jsp_gfn import build, env
+from gflownet_measure.experiments.settings import build
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

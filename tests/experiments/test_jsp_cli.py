@@ -167,13 +167,14 @@ def test_table_jobs_in_parallel_processes_give_the_same_runs(tmp_path):
 @pytest.mark.parametrize("fraction", [0.5, 0.25])
 def test_exploration_decays_over_the_anneal_fraction(fraction):
     """Uniform moves: probability 1 at the first update, linear down to min_exploration at anneal_fraction x steps, flat after."""
-    from gflownet_measure.experiments.jsp_gfn import exploration
+    from gflownet_measure.experiments.jsp_gfn import SETTINGS, JspGfnRun, exploration
+    from gflownet_measure.experiments.settings import build, resolve
 
-    cfg = {"steps": 1000, "anneal_fraction": fraction, "min_exploration": 0.1}
+    settings = build(JspGfnRun, resolve(SETTINGS, {"steps": 1000, "anneal_fraction": fraction, "min_exploration": 0.1}))
     end = int(1000 * fraction)
-    assert exploration(cfg, 0) == 1.0
-    assert exploration(cfg, end // 2) == pytest.approx(0.55)
-    assert exploration(cfg, end) == pytest.approx(0.1) and exploration(cfg, 999) == pytest.approx(0.1)
+    assert exploration(settings, 0) == 1.0
+    assert exploration(settings, end // 2) == pytest.approx(0.55)
+    assert exploration(settings, end) == pytest.approx(0.1) and exploration(settings, 999) == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("model, n_params, head, fitted", [

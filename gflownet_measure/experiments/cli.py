@@ -22,6 +22,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -127,8 +128,8 @@ def cmd_list() -> int:
     for e in EXPERIMENTS.values():
         print(f"  {e.name:<14} presets: {', '.join(e.presets):<14} {e.description}")
     print("environments (for `check`):")
-    for e in ENVIRONMENTS.values():
-        print(f"  {e.name:<14} {e.description}")
+    for spec in ENVIRONMENTS.values():
+        print(f"  {spec.name:<14} {spec.description}")
     return 0
 
 
@@ -235,6 +236,7 @@ def cmd_run(args) -> int:
             return 0
         except KeyboardInterrupt:
             raise KeyboardInterrupt(f"interrupted; the last checkpoint is kept in {out}: continue with `{PROG} run {exp.name} --out {out} --resume`") from None
+        assert clock is not None  # rank 0: the other replicas of a data-parallel run returned above
         metrics.setdefault("seconds", clock.seconds())  # single runs report their training time; tables the wall clock of every session
         write_json(out / "metrics.json", metrics)  # last, and atomic: a folder with metrics.json is a finished run
     print(json.dumps(metrics, indent=2))
@@ -256,7 +258,7 @@ def cmd_check(args) -> int:
             spec = get_environment(args.space)
         except ValueError as e:
             raise ConfigError(f"{e}, or MODULE:FACTORY for a space of your own (see check --help)") from None
-        config = build(spec.config, resolve(spec.settings, assignments))
+        config: Any = build(spec.config, resolve(spec.settings, assignments))
         require_memory(spec.check_bytes * args.samples**2, f"--samples={args.samples}")
         seed_everything(args.seed)
         graph = spec.make_graph(config)

@@ -17,6 +17,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -29,7 +30,7 @@ from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.run_files import confined, is_confined, make_folder, record_file, write_text
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
@@ -42,6 +43,7 @@ from .training_config import TrainingConfig, tensorboard_writer
 
 __all__ = [
     "EXECUTION_SETTINGS",
+    "ExecutionConfig",
     "SubRun",
     "WallClock",
     "TensorBoardRows",
@@ -61,19 +63,28 @@ CONTRACT_STATES = 4
 policies and state flow (:mod:`gflownet_measure.contracts`) once, before the first update: a log-reward ``[B, 1]``
 would otherwise train silently to a wrong log Z."""
 
+
 # How a multi-run experiment spreads its runs: processes on this machine, or tasks on a Ray cluster. Table-level
 # settings: they are not passed to the runs, whose folders, seeds and results are the same either way.
-EXECUTION_SETTINGS = {
-    "jobs": Setting(
+@dataclass(frozen=True)
+class ExecutionConfig:
+    """Where and how many of a table's runs train at once: every table's settings, never passed to its runs."""
+
+    jobs: int = option(
         1,
         "runs trained at once, each in its own process with --threads torch threads (e.g. 2 on two cores with --threads 1); with executor=ray, the runs in flight on the cluster",
         low=1,
-    ),
-    "executor": Setting(
+    )
+    executor: str = option(
         "local", "where the runs train: local (a process pool here) or ray (tasks on a Ray cluster; pip install -e '.[cluster]')", choices=("local", "ray")
-    ),
-    "address": Setting("", "Ray cluster to join with executor=ray (auto, ray://HOST:10001; empty: start a Ray instance on this machine)"),
-}
+    )
+    address: str = option("", "Ray cluster to join with executor=ray (auto, ray://HOST:10001; empty: start a Ray instance on this machine)")
+
+    def __post_init__(self):
+        check_options(self)
+
+
+EXECUTION_SETTINGS = settings_of(ExecutionConfig)
 
 
 REPORTING_SETTINGS = ("logger",)
@@ -292,7 +303,7 @@ class TensorBoardRows:
 
     def __init__(self, out: Path):
         self.folder = Path(out) / self.FOLDER
-        self.writer = None
+        self.writer: Any = None  # a SummaryWriter once the first row comes
 
     def __call__(self, row: dict) -> None:
         step = row["step"]

@@ -7,6 +7,7 @@ policy (no exploration).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,7 +45,7 @@ class HypergridRun:
 
 SETTINGS = {**env.SETTINGS, **training_settings(without=("lr_backward",), epsilon=0.1), **settings_of(HypergridRun)}
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # 8 x 8: a lower L1 than 3,000 updates of 32 at lr 1e-3, in about half the time (docs/results.md, section 1: 'The quick preset')
     "quick": {"height": 8, "ndim": 2, "steps": 1500, "batch_size": 64, "lr": 2e-3},
     "paper": {"height": 8, "ndim": 4, "steps": 20000, "batch_size": 16, "hidden": 256, "eval_every": 500},  # Malkin et al. 2022 (TB paper), 4-D hypergrid

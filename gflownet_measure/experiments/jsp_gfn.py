@@ -28,7 +28,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -62,24 +62,18 @@ from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.run_files import write_file, write_text
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, balance_metrics, configure, learned_log_Z, run_many, train_gflownet
+from .common import ExecutionConfig, SubRun, balance_metrics, configure, learned_log_Z, run_many, train_gflownet
 from .memory import require_memory
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError, flatten
 from .structure_batches import StructureBatches
 from .tables import write_table
-from .training_config import TrainingConfig, ema_setting, training_settings
+from .training_config import TrainingConfig, ema_option, training_settings
 
 BASELINE_NAMES = {name: b.label for name, b in structure_baselines.STRUCTURE_BASELINES.items()}
 """The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.baselines.structure.STRUCTURE_BASELINES`:
 structure MCMC, and the structure learners of the optional extra ``baselines``), name -> the label tables print."""
-
-
-def _declared(setting: Setting) -> Any:
-    """A dataclass field declared as the :class:`~gflownet_measure.options.Setting` ``setting`` itself (one made elsewhere,
-    as :func:`~gflownet_measure.experiments.training_config.ema_setting`'s or :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`')."""
-    return dataclasses.field(default=setting.default, metadata={"setting": setting})
 
 
 @dataclass(frozen=True)
@@ -267,7 +261,7 @@ class JspGfnRun:
         low=0.0,
     )
     lr_calibrate: float = option(0.01, "Adam learning rate of the stop offsets per edge count (calibrate=true)", low=0.0)
-    ema: float = _declared(ema_setting(0.999))
+    ema: float = ema_option(0.999)
 
     def __post_init__(self):
         check_options(self)
@@ -796,21 +790,12 @@ PER_RUN = ("data", "d", "data_seed")
 
 
 @dataclass(frozen=True)
-class TableExecution:
-    """Where and how many of the table's runs train at once (:data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`)."""
-
-    jobs: int = _declared(EXECUTION_SETTINGS["jobs"])
-    executor: str = _declared(EXECUTION_SETTINGS["executor"])
-    address: str = _declared(EXECUTION_SETTINGS["address"])
-
-
-@dataclass(frozen=True)
 class JspTable:
     """The settings of ``run jsp-table``: those its runs share (:class:`JspGfnRun`, whose :data:`PER_RUN` settings are
     each run's own: :meth:`sub_run`), the numbers of variables and datasets, and where the runs train."""
 
     runs: JspGfnRun
-    execution: TableExecution
+    execution: ExecutionConfig
     dims: str = option(
         "3,4,5", "comma-separated numbers of variables (up to 5: against the exact posterior; beyond: held-out NLL, E-SHD, AUROC, log P_T vs log R)"
     )
@@ -849,7 +834,7 @@ def _flat(settings: JspGfnRun) -> dict:
     return {k: flat[k] for k in SETTINGS if k not in PER_RUN} | {k: flat[k] for k in PER_RUN}
 
 
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in PER_RUN} | settings_of(JspTable) | settings_of(TableExecution)
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in PER_RUN} | settings_of(JspTable) | settings_of(ExecutionConfig)
 TABLE_PRESETS = {
     "quick": {k: v for k, v in PRESETS["quick"].items() if k != "d"} | {"dims": "3", "datasets": 1, "steps": 500},
     "paper": {k: v for k, v in PRESETS["paper"].items() if k != "d"} | {"datasets": 20},

@@ -68,6 +68,9 @@ class StateRing(nn.Module):
     def __init__(self, capacity: int, dim: int, rank_weight: float, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.rank_weight = rank_weight
+        self.x: Tensor
+        self.log_R: Tensor
+        self.count: Tensor
         self.register_buffer("x", torch.zeros(capacity, dim, dtype=dtype))
         self.register_buffer("log_R", torch.zeros(capacity))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))  # states ever added

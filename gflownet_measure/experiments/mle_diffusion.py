@@ -27,7 +27,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import rsample_backward, sample_backward, sample_forward
 from gflownet_measure.run_files import write_file
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, run_many, train_gflownet
+from .common import ExecutionConfig, SubRun, configure, run_many, train_gflownet
 from .environment import make_environment
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, RunContext, register
@@ -357,38 +357,20 @@ ROW_SETTINGS = ("learn_backward", "backward_rule")
 """The settings each row sets (:data:`ROWS`): not the table's."""
 
 
-def _execution(key: str) -> Any:
-    """A field declared as the table-level :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS` ``key``."""
-    setting = EXECUTION_SETTINGS[key]
-    return dataclasses.field(default=setting.default, metadata={"setting": setting})
-
-
-@dataclass(frozen=True)
-class Execution:
-    """How the table spreads its runs (:data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`): never passed to the runs."""
-
-    jobs: int = _execution("jobs")
-    executor: str = _execution("executor")
-    address: str = _execution("address")
-
-    def __post_init__(self):
-        check_options(self)
-
-
 @dataclass(frozen=True)
 class MleDiffusionTable:
     """The settings of ``run mle-diffusion-table``: every row's (``run``; its :data:`ROW_SETTINGS` are not the table's,
-    they keep their defaults there and each row sets its own), the seeds, and how the runs are spread (:class:`Execution`)."""
+    they keep their defaults there and each row sets its own), the seeds, and how the runs are spread (:class:`~gflownet_measure.experiments.common.ExecutionConfig`)."""
 
     run: MleDiffusionRun
-    execution: Execution
+    execution: ExecutionConfig
     seeds: int = option(3, "seeds per row: --seed, --seed + 1, ... (each seed trains every row)", low=1)
 
     def __post_init__(self):
         check_options(self)
 
 
-TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ROW_SETTINGS} | {**settings_of(MleDiffusionTable), **settings_of(Execution)}
+TABLE_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in ROW_SETTINGS} | {**settings_of(MleDiffusionTable), **settings_of(ExecutionConfig)}
 TABLE_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 300, "seeds": 2},
     "digits": PRESETS["digits"] | {"seeds": 3},

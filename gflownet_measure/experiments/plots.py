@@ -153,7 +153,7 @@ def plot_density_panels(panels: list[tuple[str, np.ndarray, tuple[float, float, 
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
     shared = (0.0, float(np.nanmax(panels[share[0]][1]))) if share else None
     for k, (ax, (name, img, extent)) in enumerate(zip(axes[0], panels)):
-        vmin, vmax = shared if k in share else (None, None)
+        vmin, vmax = shared if shared is not None and k in share else (None, None)
         im = ax.imshow(np.asarray(img).T, origin="lower", extent=extent, cmap="viridis", aspect="equal", vmin=vmin, vmax=vmax)
         ax.set_title(name, fontsize=9)
         fig.colorbar(im, ax=ax, shrink=0.8, extend="max" if k in share[1:] else "neither")

@@ -24,7 +24,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,12 +35,12 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import expected_sample_tv, grid_jsd, kde_log_density, rejection_sample, total_variation
 from gflownet_measure.networks import StateFlow
 from gflownet_measure.objectives import GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting, check_options, option, settings_of
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import sample_backward, sample_forward
 from gflownet_measure.run_files import write_file
 from gflownet_measure.training import read_history, seeded_generator
 
-from .common import EXECUTION_SETTINGS, SubRun, configure, final_samples, learned_log_Z, run_many, train_gflownet
+from .common import ExecutionConfig, SubRun, configure, final_samples, learned_log_Z, run_many, train_gflownet
 from .environment import make_environment
 from .memory import require_memory
 from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
@@ -256,23 +255,6 @@ CONFIGS = [(loss, backward, rho) for rho in (0.25, 0.1) for loss in ("tb", "db")
 CONFIGURED = ("objective", "backward", "rho")  # the settings of a run that its configuration (a CONFIGS tuple) sets, in that order
 
 
-def _declared(setting: Setting) -> Any:
-    """A dataclass field declared by an existing :class:`~gflownet_measure.options.Setting` (as :func:`~gflownet_measure.options.option` declares a new one)."""
-    return dataclasses.field(default=setting.default, metadata={"setting": setting})
-
-
-@dataclass(frozen=True)
-class TableExecution:
-    """Where and how many of a table's runs train at once: the shared :data:`~gflownet_measure.experiments.common.EXECUTION_SETTINGS`."""
-
-    jobs: int = _declared(EXECUTION_SETTINGS["jobs"])
-    executor: str = _declared(EXECUTION_SETTINGS["executor"])
-    address: str = _declared(EXECUTION_SETTINGS["address"])
-
-    def __post_init__(self):
-        check_options(self)
-
-
 @dataclass(frozen=True)
 class Figure1Run:
     """The settings of ``run quarter-disc-figure1``: those of :class:`QuarterDiscRun` that every configuration shares, the
@@ -283,14 +265,14 @@ class Figure1Run:
     space: env.QuarterDiscConfig
     training: TrainingConfig
     evaluation: QuarterDiscEvaluation
-    execution: TableExecution
+    execution: ExecutionConfig
     seeds: int = option(3, "seeds per configuration: --seed, --seed + 1, ...", low=1)
 
     def __post_init__(self):
         check_options(self)
 
 
-FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in CONFIGURED} | settings_of(Figure1Run) | settings_of(TableExecution)
+FIGURE1_SETTINGS = {k: v for k, v in SETTINGS.items() if k not in CONFIGURED} | settings_of(Figure1Run) | settings_of(ExecutionConfig)
 FIGURE1_PRESETS = {
     "quick": PRESETS["quick"] | {"steps": 200, "eval_every": 100, "eval_samples": 2000, "seeds": 1},
     "paper": PRESETS["paper"] | {"seeds": 6},  # the paper's 6 runs a configuration (Figure 1, mean ± std)

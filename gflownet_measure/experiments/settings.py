@@ -46,7 +46,7 @@ def resolve(schema: dict[str, Setting], *layers: dict[str, Any]) -> dict[str, An
 
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     """``["a=1", "b=x"]`` -> ``{"a": "1", "b": "x"}``; each item must be ``key=value``, each key given once."""
-    out = {}
+    out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

@@ -26,7 +26,6 @@ weight average with ``ema`` > 0), without the step counter.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +55,7 @@ from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError
-from .training_config import TrainingConfig, ema_setting, training_settings
+from .training_config import TrainingConfig, ema_option, training_settings
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class TorusRun:
         choices=("torus", "hybrid"),
     )
     objective: str = option("tb", "training objective (gflownet_measure.objectives)", choices=objective_names(divergence=False, continuous=True))
-    ema: float = dataclasses.field(default=0.0, metadata={"setting": ema_setting(0.0)})
+    ema: float = ema_option(0.0)
 
     def __post_init__(self):
         check_options(self)

@@ -9,7 +9,7 @@ from typing import Any
 
 from gflownet_measure.options import Setting, check_options, option, settings_of
 
-__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "LOGGERS", "ema_setting", "training_settings", "tensorboard_writer"]
+__all__ = ["TrainingConfig", "TRAINING_SETTINGS", "LOGGERS", "ema_option", "training_settings", "tensorboard_writer"]
 
 LOGGERS = ("none", "tensorboard")
 """Where a run's history rows also go (the ``logger`` setting): nowhere else, or TensorBoard event files in the run folder."""
@@ -89,10 +89,11 @@ def training_settings(without: tuple[str, ...] = (), **defaults: Any) -> dict[st
     return {k: dataclasses.replace(s, default=defaults.get(k, s.default)) for k, s in TRAINING_SETTINGS.items() if k not in without}
 
 
-def ema_setting(default: float) -> Setting:
-    """The ``ema`` setting of an experiment whose sampler may be a moving average of the policy's weights
-    (:class:`~gflownet_measure.training.WeightAverage`, Polyak averaging), with that experiment's default."""
-    return Setting(
+def ema_option(default: float) -> Any:
+    """The ``ema`` field (an :func:`~gflownet_measure.options.option`) of an experiment whose sampler may be a moving
+    average of the policy's weights (:class:`~gflownet_measure.training.WeightAverage`, Polyak averaging), with that
+    experiment's default."""
+    return option(
         default,
         "decay of an exponential moving average of the policy's weights (horizon 1 / (1 - ema) updates); when on, the average is the sampler (scored, sampled, saved) and the last iterate is scored beside it (last_* metrics); 0 = off: the last iterate is the sampler",
         low=0.0,

@@ -54,6 +54,7 @@ def _import_module(target: str, module: str, command: str):
         if str(path.parent) not in sys.path:
             sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None  # a .py path always has a source loader
         loaded = importlib.util.module_from_spec(spec)
         sys.modules[name] = loaded  # dataclasses and typing look a class's module up there
         try:

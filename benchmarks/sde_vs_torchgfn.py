@@ -48,9 +48,9 @@ the settings ``gflownet_measure.experiments.sde.SETTINGS`` at their defaults, va
 ``objective`` tb, ``regime`` on (no exploration noise), ``steps`` = the iterations, and, set explicitly to
 the tutorial's values (they are also our defaults): ``sigma`` 5, ``hidden`` 64, ``learned_variance`` and
 ``langevin`` off, ``lr`` 1e-3, ``lr_logZ`` 1e-1, ``lr_milestone`` 0 (constant learning rates);
-``gflownet_measure.experiments.sde.make_gflownet(cfg) -> (graph, gfn)`` (``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
+``gflownet_measure.experiments.sde.make_gflownet(settings) -> (graph, gfn)`` (``settings``: those, typed as ``SDERun``; ``EulerMaruyamaPolicy`` with its ``PISNetwork``, the
 ``BrownianBridge`` P_B, log Z = 0); :func:`gflownet_measure.training.make_optimizer` (Adam, ``lr`` for the
-policy, ``lr_logZ`` for log Z); and each iteration ``loss = objective(gfn, make_batches(gfn, graph, cfg)(k))``, ``zero_grad``,
+policy, ``lr_logZ`` for log Z); and each iteration ``loss = objective(gfn, make_batches(gfn, graph, settings)(k))``, ``zero_grad``,
 ``backward``, global gradient-norm clip at ``grad_clip`` (10, our default), ``optimizer.step()`` (the
 body of :class:`gflownet_measure.training.Trainer`'s step, less its evaluation and checkpoint bookkeeping).
 
@@ -244,13 +244,15 @@ def _ours_config(iterations: int, target: str) -> dict:
 def _train_ours(a, turns: Turns) -> dict:
     """Our SDE sampler: gflownet_measure.experiments.sde.make_gflownet / make_batches / evaluate_bounds and the library's optimiser."""
     from gflownet_measure.experiments import sde
+    from gflownet_measure.experiments.settings import build
     from gflownet_measure.objectives import OBJECTIVES
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
     cfg = _ours_config(a.iterations, a.target)
-    graph, gfn = sde.make_gflownet(cfg)
-    objective, batches = OBJECTIVES[cfg["objective"]], sde.make_batches(gfn, graph, cfg)
+    settings = build(sde.SDERun, cfg)
+    graph, gfn = sde.make_gflownet(settings)
+    objective, batches = OBJECTIVES[cfg["objective"]], sde.make_batches(gfn, graph, settings)
     optimizer = make_optimizer(gfn, cfg["lr"], cfg["lr_logZ"])
     params = [p for g in optimizer.param_groups for p in g["params"]]
     grad_clip = float(cfg.get("grad_clip", 0.0))

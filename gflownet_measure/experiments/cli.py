@@ -33,7 +33,6 @@ from gflownet_measure.run_files import RunFileError
 from gflownet_measure.training import CheckpointError, TrainingDiverged, has_checkpoint, seed_everything, use_device
 
 from . import EXPERIMENTS, get_experiment
-from .cluster import require_ray
 from .common import WallClock, run_id, write_json
 from .launch import launch_replicas
 from .memory import require_memory
@@ -191,8 +190,6 @@ def cmd_run(args) -> int:
     _set_threads(args.threads)
     seed_everything(seed)  # a validation that draws (a trial rollout) is a function of --seed too
     exp.validate(exp.typed(cfg))  # every setting and input, before the folder is touched
-    if cfg.get("executor") == "ray":
-        require_ray()
     if args.world_size < 1:
         raise ConfigError(f"--world-size={args.world_size} is out of range; valid: >= 1")
     if (args.world_size > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1) and exp.multi_run:
@@ -231,7 +228,7 @@ def cmd_run(args) -> int:
         use_device(device)
         try:
             with WallClock(out, resume) if rank == 0 else contextlib.nullcontext() as clock:
-                metrics = exp.start(cfg, RunContext(out, resume, seed, run_id(cfg, seed)))
+                metrics = exp.run(exp.typed(cfg), RunContext(out, resume, seed, run_id(cfg, seed)))
         except ReplicaFinished:
             return 0
         except KeyboardInterrupt:

@@ -36,6 +36,7 @@ from gflownet_measure.run_files import confined, is_confined, make_folder, recor
 from gflownet_measure.training import Trainer, TrainingDiverged, WeightAverage, has_checkpoint, make_optimizer, seed_everything, use_device
 from gflownet_measure.trajectories import Trajectories
 
+from .cluster import require_ray
 from .registry import RunContext
 from .run_folder import load_run_config, locked
 from .settings import ConfigError, build, flatten
@@ -82,6 +83,8 @@ class ExecutionConfig:
 
     def __post_init__(self):
         check_options(self)
+        if self.executor == "ray":  # before the run folder is touched: one line naming the extra where Ray is absent
+            require_ray()
 
 
 EXECUTION_SETTINGS = settings_of(ExecutionConfig)
@@ -91,10 +94,9 @@ REPORTING_SETTINGS = ("logger",)
 """Settings that change where a run reports, never what it trains: left out of its identity (:func:`run_id`)."""
 
 
-def run_id(cfg: dict, seed: int | None = None) -> dict:
+def run_id(cfg: dict, seed: int) -> dict:
     """What identifies a run, as its checkpoints record it (:class:`~gflownet_measure.training.Trainer`): the ``seed``
-    (``--seed``, or a table's seed of the run; ``None``: ``torch.initial_seed()``, which the command line set from it, for
-    the experiments not typed yet), the resolved flat settings ``cfg``, and the SHA-256 of every file a setting names
+    (``--seed``, or a table's seed of the run), the resolved flat settings ``cfg``, and the SHA-256 of every file a setting names
     (``data=``: a resume refuses a checkpoint trained on other data, even under the same path). The command line and
     :func:`run_many` compute it where the flat settings are, into :attr:`~gflownet_measure.experiments.registry.RunContext.identity`.
 
@@ -102,7 +104,7 @@ def run_id(cfg: dict, seed: int | None = None) -> dict:
     written before one of them existed still resumes."""
     files = {k: _sha256(v) for k, v in cfg.items() if isinstance(v, str) and v and os.path.isabs(v) and os.path.isfile(v)}
     settings = {k: v for k, v in cfg.items() if k not in REPORTING_SETTINGS}
-    return {"seed": torch.initial_seed() if seed is None else seed, "settings": settings, "data": files or None}
+    return {"seed": seed, "settings": settings, "data": files or None}
 
 
 def _sha256(path: str) -> str:
@@ -119,15 +121,15 @@ def write_json(path: Path, obj) -> None:
 
 
 class SubRun(NamedTuple):
-    """One run of a multi-run experiment: its folder, seed, flat settings (as ``config.json`` records them), extra
-    keyword arguments of the run function, and the typed settings type the run function takes (``dict``: the flat
-    settings, ``run_fn(cfg, out, resume)``; being retired), built from ``cfg`` when the run starts."""
+    """One run of a multi-run experiment: its folder, seed, flat settings (as ``config.json`` records them and a resume
+    compares them), the typed settings class its run function takes (built from ``cfg`` when the run starts), and
+    extra keyword arguments of the run function."""
 
     out: Path
     seed: int
     cfg: dict
+    settings_type: type
     kwargs: dict = {}
-    settings_type: type = dict
 
 
 def _one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool, worker: tuple[int, torch.device] | None = None) -> dict:
@@ -169,12 +171,8 @@ def _train_one(run_fn: Callable, job: SubRun, resume: bool, diverged_ok: bool) -
         seed_everything(job.seed)
         write_json(job.out / "config.json", {"seed": job.seed, "settings": job.cfg})
         try:
-            resumed = resume and has_checkpoint(job.out)
-            if job.settings_type is dict:
-                metrics = run_fn(job.cfg, job.out, resumed, **job.kwargs)
-            else:
-                context = RunContext(job.out, resumed, job.seed, run_id(job.cfg, job.seed))
-                metrics = run_fn(build(job.settings_type, job.cfg), context, **job.kwargs)
+            context = RunContext(job.out, resume and has_checkpoint(job.out), job.seed, run_id(job.cfg, job.seed))
+            metrics = run_fn(build(job.settings_type, job.cfg), context, **job.kwargs)
         except TrainingDiverged as e:
             if not diverged_ok:
                 raise
@@ -445,11 +443,10 @@ def train_gflownet(
 
 
 def configure(objective: Objective, settings: Any) -> Objective:
-    """``objective`` with the hyper-parameters that the run's settings set, by name (a typed settings dataclass, or the
-    flat settings of the experiments not typed yet; :meth:`~gflownet_measure.objectives.Objective.options`); the others
-    keep their defaults."""
-    flat = settings if isinstance(settings, Mapping) else flatten(settings)
-    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(flat)})
+    """``objective`` with the hyper-parameters that the run's typed settings set, by name
+    (:meth:`~gflownet_measure.objectives.Objective.options` of their :func:`~gflownet_measure.experiments.settings.flatten`);
+    the others keep their defaults."""
+    return dataclasses.replace(objective, hyper={**objective.hyper, **objective.options(flatten(settings))})
 
 
 def learned_log_Z(objective: Objective, gfn: GFlowNet, graph: PointedGraph) -> dict:

@@ -8,8 +8,6 @@ from gflownet_measure.densities import Policy
 from gflownet_measure.environments import get_environment
 from gflownet_measure.graph import PointedGraph
 
-from .settings import build
-
 __all__ = ["Environment", "make_environment"]
 
 
@@ -23,10 +21,10 @@ class Environment(NamedTuple):
 
 
 def make_environment(name: str, config: Any) -> Environment:
-    """The environment registered as ``name`` from its typed ``config`` (or, for the experiments not typed yet, the
-    resolved flat settings, whose config fields are read): the config, then the graph, then the policies
-    (:class:`~gflownet_measure.environments.EnvironmentSpec`)."""
+    """The environment registered as ``name`` from its typed ``config`` (its :class:`~gflownet_measure.environments.EnvironmentSpec`'s
+    ``config`` class): the config, then the graph, then the policies."""
     spec = get_environment(name)
-    config = config if isinstance(config, spec.config) else build(spec.config, config)
+    if not isinstance(config, spec.config):
+        raise TypeError(f"make_environment({name!r}): config must be a {spec.config.__name__}, got {type(config).__name__}")
     graph = spec.make_graph(config)
     return Environment(config, graph, *spec.make_policies(graph, config))

@@ -333,8 +333,8 @@ def run_figure1(settings: Figure1Run, context: RunContext) -> dict:
             out / _name(loss, backward, rho) / f"seed{base_seed + k}",
             base_seed + k,
             run_settings(settings, loss, backward, rho),
-            {"figure2": _name(loss, backward, rho) == headline and k == 0},
             QuarterDiscRun,
+            {"figure2": _name(loss, backward, rho) == headline and k == 0},
         )
         for loss, backward, rho in CONFIGS
         for k in range(settings.seeds)

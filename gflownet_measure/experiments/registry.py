@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -46,20 +46,14 @@ class Experiment:
     description: str
     settings: dict[str, Setting]
     presets: dict[str, dict]
-    run: Callable[..., dict]
+    run: Callable[[Any, RunContext], dict]
     validate: Callable[[Any], None] = _accept
     multi_run: bool = False
-    settings_type: type = dict  # dict: not typed yet, run(cfg, out, resume) on the flat settings (being retired)
+    settings_type: type = field(kw_only=True)
 
     def typed(self, cfg: dict) -> Any:
         """The settings ``run`` and ``validate`` take, from the resolved flat ``cfg``."""
-        return cfg if self.settings_type is dict else build(self.settings_type, cfg)
-
-    def start(self, cfg: dict, context: RunContext) -> dict:
-        """``run`` on the resolved flat ``cfg``: its metrics."""
-        if self.settings_type is dict:
-            return self.run(cfg, context.out, context.resume)
-        return self.run(self.typed(cfg), context)
+        return build(self.settings_type, cfg)
 
 
 EXPERIMENTS: dict[str, Experiment] = {}

@@ -26,45 +26,65 @@ sampler (``eval_samples`` of them; 0: the paper's K of the target), from which t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, cast
 
 import numpy as np
 import torch
 
 from gflownet_measure.environments import sde as env
-from gflownet_measure.environments.sde_targets import TARGETS, CoxProcess
+from gflownet_measure.environments.sde_targets import TARGETS, CoxProcess, ManyWell, SDETarget
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.run_files import write_file
 from gflownet_measure.training import seeded_generator
 
-from .common import configure, learned_log_Z, run_id, train_gflownet
+from .common import configure, learned_log_Z, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
 from .memory import require_memory
 from .plots import optional_figure, plot_density_panels, plot_history, plot_sample_panels
-from .registry import Experiment, register
-from .settings import ConfigError, build
+from .registry import Experiment, RunContext, register
+from .settings import ConfigError
 from .training_config import TrainingConfig, training_settings
+
+
+@dataclass(frozen=True)
+class SDERun:
+    """The settings of ``run sde``: the target, time grid and policy network (:class:`~gflownet_measure.environments.sde.SDEConfig`),
+    the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`; its ``lr_flow`` and ``epsilon``
+    not declared: no state flow, batches of its own), the replay-buffer local search
+    (:class:`~gflownet_measure.experiments.local_search.LocalSearchConfig`), and the experiment's own: the objective, the
+    regime of its training trajectories and the evaluation's K."""
+
+    space: env.SDEConfig
+    training: TrainingConfig
+    search: LocalSearchConfig
+    objective: str = option(
+        "tb",
+        "training objective (gflownet_measure.objectives; those without a state flow)",
+        choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow),
+    )
+    regime: str = option(
+        "off",
+        "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)",
+        choices=("on", "off", "target"),
+    )
+    exploration: float = option(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0)
+    eval_samples: int = option(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0)
+
+    def __post_init__(self):
+        check_options(self)
+
 
 SETTINGS = {
     **env.SETTINGS,
     **training_settings(without=("lr_flow", "epsilon")),  # no state flow; batches of its own (exploration)
-    "objective": Setting(
-        "tb",
-        "training objective (gflownet_measure.objectives; those without a state flow)",
-        choices=tuple(n for n in objective_names(continuous=True) if not OBJECTIVES[n].needs_flow),
-    ),
-    "regime": Setting(
-        "off",
-        "on: the policy's own trajectories; off: with exploration noise; target: exact samples walked back with P_B (forward_kl, tb)",
-        choices=("on", "off", "target"),
-    ),
-    "exploration": Setting(0.1, "off-policy: extra variance exploration^2 per step in x, annealed linearly to 0 over training", low=0.0),
-    "eval_samples": Setting(0, "trajectories for the log Z estimates (0 = the paper's K: 2000 for gmm9, 6000 for funnel, 2000 for the others)", low=0),
+    **settings_of(SDERun),
     **LOCAL_SEARCH_SETTINGS,
 }
 
@@ -77,41 +97,56 @@ PRESETS = {
     "quick": _PAPER | {"eval_every": 500, "eval_samples": 0, "langevin": True, "langevin_clip": 100.0},
     "paper": _PAPER,  # Lahlou et al. 2023, Table 2: 1,500 batches of 300, lr 1e-2 (policy) and 1e-1 (log Z), T = 100
 }
+
+
+class _ExactTarget(SDETarget, Protocol):
+    """What the targets with an exact sampler add (every one but ``lgcp``): the box of their figures, the exact density of
+    their first two coordinates, and exact samples."""
+
+    limits: tuple[float, float]
+
+    def log_marginal01(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor: ...
+
+
 PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000, "lgcp": 2000}  # Sendera et al. 2024: K = 2,000
 
 
-def _validate(cfg: dict) -> None:
+def validate(settings: SDERun) -> None:
     """Settings that do not go together, and the memory of one update per trajectory and time step: about 3.6 KB at
     width 64 (measured at T = 50, d = 2: 182 KB per trajectory), taken as proportional to the width, twice that with a
     learned P_B, plus 112 bytes per coordinate of the state (the LGCP, d = 1,600, batch 300, T = 100: 5.4 GB peak)."""
-    if cfg["regime"] == "target" and get_objective(cfg["objective"]).pathwise:
+    space, objective, regime = settings.space, settings.objective, settings.regime
+    if regime == "target" and get_objective(objective).pathwise:
         raise ConfigError(
-            f"regime=target (exact samples walked back with P_B) does not apply to objective={cfg['objective']}, whose on-policy gradient flows through the samples; valid: on, off"
+            f"regime=target (exact samples walked back with P_B) does not apply to objective={objective}, whose on-policy gradient flows through the samples; valid: on, off"
         )
-    if cfg["regime"] == "target" and not hasattr(TARGETS[cfg["target"]], "sample"):
-        raise ConfigError(f"regime=target trains on exact samples, and target={cfg['target']} has no exact sampler; valid: on, off")
-    if cfg.get("local_search") and (get_objective(cfg["objective"]).pathwise or cfg["regime"] == "target"):
+    if regime == "target" and not hasattr(TARGETS[space.target], "sample"):
+        raise ConfigError(f"regime=target trains on exact samples, and target={space.target} has no exact sampler; valid: on, off")
+    if settings.search.local_search and (get_objective(objective).pathwise or regime == "target"):
         raise ConfigError(
-            f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={cfg['objective']} regime={cfg['regime']}; valid objectives: tb, vargrad, forward_kl"
+            f"local_search=true trains on buffered states walked back with P_B: it needs an objective without path-wise gradients and regime on or off, got objective={objective} regime={regime}; valid objectives: tb, vargrad, forward_kl"
         )
-    networks = 2 if cfg["learned_backward"] else 1  # a learned P_B is a second network of the same size
-    per_step = 3.6e3 * networks * cfg["hidden"] / 64 + 112 * TARGETS[cfg["target"]].dim
-    require_memory(per_step * cfg["batch_size"] * cfg["n_steps"], f"batch_size={cfg['batch_size']}")
+    networks = 2 if space.learned_backward else 1  # a learned P_B is a second network of the same size
+    per_step = 3.6e3 * networks * space.hidden / 64 + 112 * TARGETS[space.target].dim
+    batch_size = settings.training.batch_size
+    require_memory(per_step * batch_size * space.n_steps, f"batch_size={batch_size}")
 
 
-def make_gflownet(cfg: dict) -> tuple[PointedGraph, GFlowNet]:
-    """The graph and a fresh GFlowNet (P_F, the Brownian-bridge P_B, log Z = 0) for ``cfg``."""
-    _validate(cfg)
-    _, graph, pf, pb = make_environment("sde", cfg)
+def make_gflownet(settings: SDERun) -> tuple[PointedGraph, GFlowNet]:
+    """The graph and a fresh GFlowNet (P_F, the Brownian-bridge P_B, log Z = 0) for ``settings``."""
+    validate(settings)
+    _, graph, pf, pb = make_environment("sde", settings.space)
     return graph, GFlowNet(pf, pb)
 
 
-def _target_batch(graph: PointedGraph, gfn: GFlowNet, cfg: dict) -> Batch:
-    """Exact target samples walked back to s0 with P_B (:func:`~gflownet_measure.experiments.local_search.backward_batch`)."""
-    return backward_batch(graph, gfn, TARGETS[cfg["target"]].sample(cfg["batch_size"]))
+def _target_batch(graph: PointedGraph, gfn: GFlowNet, target: str, batch_size: int) -> Batch:
+    """``batch_size`` exact samples of ``target`` walked back to s0 with P_B (:func:`~gflownet_measure.experiments.local_search.backward_batch`)."""
+    return backward_batch(graph, gfn, cast(_ExactTarget, TARGETS[target]).sample(batch_size))  # one with a sampler (validate)
 
 
-def exploration_noise(cfg: dict, step: int) -> float:
+def exploration_noise(settings: SDERun, step: int) -> float:
     """Extra variance of the off-policy steps in chart units: :math:`\\epsilon_k^2 / c^2 = \\epsilon_k^2 T / \\sigma^2`, :math:`\\epsilon_k = \\epsilon \\max(0, 1 - k/K)`.
 
     In x the step variance becomes :math:`\\sigma^2 \\Delta t + \\epsilon_k^2` (as in gfn-diffusion; docs/references.md,
@@ -119,27 +154,28 @@ def exploration_noise(cfg: dict, step: int) -> float:
     alternative reading :math:`\\sigma^2 \\Delta t + \\epsilon_k^2 / T` adds 0.2% to the variance of a step at the
     paper's settings, and off-policy TB then collapses as on-policy TB does (3 of the mixture's 9 modes).
     """
-    if cfg["regime"] != "off":
+    if settings.regime != "off":
         return 0.0
-    eps = cfg["exploration"] * max(0.0, 1.0 - step / cfg["steps"])
-    return eps**2 * cfg["n_steps"] / env.sigma_of(build(env.SDEConfig, cfg)) ** 2
+    eps = settings.exploration * max(0.0, 1.0 - step / settings.training.steps)
+    return eps**2 * settings.space.n_steps / env.sigma_of(settings.space) ** 2
 
 
-def make_batches(gfn: GFlowNet, graph: PointedGraph, cfg: dict):
+def make_batches(gfn: GFlowNet, graph: PointedGraph, settings: SDERun):
     """``step -> batch`` of one training iteration: ``batch_size`` fresh trajectories, all stepping together, drawn as the
     objective needs them (:meth:`~gflownet_measure.objectives.Objective.sample`: reparametrised on-policy for the
     path-wise reverse KL, else without gradients and scored by one batched call of each policy), with the regime's
     exploration noise; or, ``regime=target``, exact target samples walked back with P_B; or, ``local_search``, those
     batches alternating with refined buffered states (:class:`~gflownet_measure.experiments.local_search.LocalSearchBatches`)."""
-    objective = get_objective(cfg["objective"])
+    objective = get_objective(settings.objective)
+    target, batch_size = settings.space.target, settings.training.batch_size
 
     def batches(step: int) -> Batch:
-        if cfg["regime"] == "target":
-            return _target_batch(graph, gfn, cfg)
-        return objective.sample(graph, gfn, cfg["batch_size"], noise=exploration_noise(cfg, step))
+        if settings.regime == "target":
+            return _target_batch(graph, gfn, target, batch_size)
+        return objective.sample(graph, gfn, batch_size, noise=exploration_noise(settings, step))
 
-    if cfg["local_search"]:
-        return LocalSearchBatches(gfn, graph, batches, cfg["batch_size"], TARGETS[cfg["target"]].log_prob, build(LocalSearchConfig, cfg))
+    if settings.search.local_search:
+        return LocalSearchBatches(gfn, graph, batches, batch_size, TARGETS[target].log_prob, settings.search)
     return batches
 
 
@@ -174,10 +210,11 @@ def _figure(target_name: str, x: np.ndarray, path: Path, title: str) -> None:
             title,
         )
         return
-    lim = target.limits
+    exact = cast(_ExactTarget, target)
+    lim = exact.limits
     g = torch.linspace(*lim, 200, dtype=torch.float64)
-    dens = target.log_marginal01(torch.cartesian_prod(g, g)).exp()
-    ref = target.sample(len(x), seeded_generator(0)).cpu().numpy()
+    dens = exact.log_marginal01(torch.cartesian_prod(g, g)).exp()
+    ref = exact.sample(len(x), seeded_generator(0)).cpu().numpy()
     plot_sample_panels(dens.reshape(200, 200).cpu().numpy(), (*lim, *lim), {"exact samples": ref[:, :2], "learned samples": x[:, :2]}, path, title)
 
 
@@ -190,35 +227,37 @@ def sample_metrics(target_name: str, x: torch.Tensor) -> dict:
     if hasattr(target, "mode_counts"):
         counts = target.mode_counts(x)
         out |= {f"mode_count/{i}": int(c) for i, c in enumerate(counts)} | {"modes_covered": int((counts > 0).sum())}
-    if hasattr(target, "well_mass"):
+    if isinstance(target, ManyWell):
         mass = target.well_mass(x)
         out |= {"right_well_mass_exact": target.right_mass(), "right_well_mass_max_error": float((mass - target.right_mass()).abs().max())}
         out |= {f"right_well_mass/{i}": float(m) for i, m in enumerate(mass)}
     return out
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
-    graph, gfn = make_gflownet(cfg)
-    objective = configure(get_objective(cfg["objective"]), cfg)
-    K = cfg["eval_samples"] or PAPER_K[cfg["target"]]
+def run(settings: SDERun, context: RunContext) -> dict:
+    space, out = settings.space, context.out
+    graph, gfn = make_gflownet(settings)
+    objective = configure(get_objective(settings.objective), settings)
+    K = settings.eval_samples or PAPER_K[space.target]
 
     def evaluate() -> dict:
         b = evaluate_bounds(gfn, graph, min(K, 1000))
         return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"]} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, build(TrainingConfig, cfg), run_id(cfg), out, resume, evaluate, make_batches(gfn, graph, cfg))
+    batches = make_batches(gfn, graph, settings)
+    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, context.resume, evaluate, batches)
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").cpu().numpy()
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x))
-    target = TARGETS[cfg["target"]]
+    target = TARGETS[space.target]
     label = (
-        f"{cfg['target']}, {cfg['objective']}, {cfg['regime']}-policy"
-        + (" + LP" if cfg["langevin"] else "")
-        + (" + LS" if cfg["local_search"] else "")
-        + (" + learned P_B" if cfg["learned_backward"] else "")
+        f"{space.target}, {settings.objective}, {settings.regime}-policy"
+        + (" + LP" if space.langevin else "")
+        + (" + LS" if settings.search.local_search else "")
+        + (" + learned P_B" if space.learned_backward else "")
     )
     plot_history(history, "log_Z_importance_weighted", out / "log_z.png", f"B_RW during training ({label})", log_y=False)
-    _figure(cfg["target"], x, out / "samples.png", label)
+    _figure(space.target, x, out / "samples.png", label)
     exact = (
         {}
         if target.log_Z is None  # lgcp: the estimates are the result
@@ -230,6 +269,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             "delta_log_Z_RW": target.log_Z - final["log_Z_importance_weighted"],
         }
     )
+    steps = settings.training.steps
     metrics = (
         final
         | exact
@@ -237,11 +277,11 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
             **{f"{k}_learned": v for k, v in learned_log_Z(objective, gfn, graph).items()},
             "eval_samples": K,
             "seconds": history[-1]["seconds"],
-            "seconds_per_step": history[-1]["seconds"] / cfg["steps"],  # evaluations included
-            "steps": cfg["steps"],
+            "seconds_per_step": history[-1]["seconds"] / steps,  # evaluations included
+            "steps": steps,
         }
     )
-    return metrics | sample_metrics(cfg["target"], torch.as_tensor(x))
+    return metrics | sample_metrics(space.target, torch.as_tensor(x))
 
 
 register(
@@ -251,6 +291,7 @@ register(
         SETTINGS,
         PRESETS,
         run,
-        _validate,
+        validate,
+        settings_type=SDERun,
     )
 )

@@ -21,20 +21,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from gflownet_measure.baselines.smc import annealed_smc
 from gflownet_measure.environments.sde_targets import TARGETS
-from gflownet_measure.options import Setting
+from gflownet_measure.options import check_options, option, settings_of
 from gflownet_measure.training import TrainingDiverged, seeded_generator
 
 from . import sde
-from .common import EXECUTION_SETTINGS, SubRun, run_many
-from .registry import Experiment, register
-from .settings import ConfigError
+from .common import ExecutionConfig, SubRun, run_many
+from .registry import Experiment, RunContext, register
+from .settings import ConfigError, build, flatten
 from .tables import write_table
 
 Cell = tuple[float, float | None] | None  # a paper value: (mean, std), std None where the paper gives none
@@ -150,18 +149,46 @@ SUITES = {
     ),
 }
 _ROW_KEYS = sorted({key for suite in SUITES.values() for row in suite.rows for key in row.settings} | {"target"})
-_TABLE_KEYS = ("suite", "seeds", "targets", "rows", "smc_particles", "smc_temps", *EXECUTION_SETTINGS)
 
-SETTINGS = {k: v for k, v in sde.SETTINGS.items() if k not in _ROW_KEYS} | {
-    "suite": Setting("lahlou2023", "which paper's table: its rows, targets, columns and values", choices=tuple(SUITES)),
-    "seeds": Setting(3, "seeds per row and target: --seed, --seed + 1, ...", low=1),
-    **EXECUTION_SETTINGS,
-    "targets": Setting("", f"comma-separated targets (empty: the suite's); valid: {', '.join(TARGETS)}"),
-    "rows": Setting("all", "which rows: all, or comma-separated indices into the suite's rows (0-based)"),
-    "smc_particles": Setting(2000, "particles of the SMC and HMC baselines (suites that have them)", low=10),
-    "smc_temps": Setting(100, "temperatures of the SMC and HMC baselines", low=1),
-}
-PRESETS = {
+
+@dataclass(frozen=True)
+class Baselines:
+    """The sampling baselines' budget (annealed SMC with MALA moves, AIS with HMC moves), in the suites that have them."""
+
+    smc_particles: int = option(2000, "particles of the SMC and HMC baselines (suites that have them)", low=10)
+    smc_temps: int = option(100, "temperatures of the SMC and HMC baselines", low=1)
+
+    def __post_init__(self):
+        check_options(self)
+
+
+@dataclass(frozen=True)
+class SDETableRun:
+    """The settings of ``run sde-table``: those its runs share (``runs``: a :class:`~gflownet_measure.experiments.sde.SDERun`
+    whose row settings, the keys of :data:`_ROW_KEYS`, are not the table's and keep their defaults there: each row sets its
+    own), how the runs train (``execution``), the baselines' budget, and which suite, seeds, targets and rows."""
+
+    runs: sde.SDERun
+    execution: ExecutionConfig
+    baselines: Baselines
+    suite: str = option("lahlou2023", "which paper's table: its rows, targets, columns and values", choices=tuple(SUITES))
+    seeds: int = option(3, "seeds per row and target: --seed, --seed + 1, ...", low=1)
+    targets: str = option("", f"comma-separated targets (empty: the suite's); valid: {', '.join(TARGETS)}")
+    rows: str = option("all", "which rows: all, or comma-separated indices into the suite's rows (0-based)")
+
+    def __post_init__(self):
+        check_options(self)
+
+
+_OWN = settings_of(SDETableRun)
+SETTINGS = (
+    {k: v for k, v in sde.SETTINGS.items() if k not in _ROW_KEYS}
+    | {k: _OWN[k] for k in ("suite", "seeds")}
+    | settings_of(ExecutionConfig)
+    | {k: _OWN[k] for k in ("targets", "rows")}
+    | settings_of(Baselines)
+)
+PRESETS: dict[str, dict] = {
     "quick": sde.SHORT | {"steps": 100, "n_steps": 50, "eval_every": 50, "seeds": 1, "targets": "gmm9", "rows": "0,3", "smc_particles": 500},
     "paper": sde.PRESETS["paper"] | {"seeds": 10},
     # Table 1's targets, rows and 5 runs at 800 batches of 300 (sde.SHORT), T = 100, K = 2,000
@@ -169,16 +196,16 @@ PRESETS = {
 }
 
 
-def _targets(cfg: dict) -> list[str]:
-    names = cfg["targets"].split(",") if cfg["targets"] else list(SUITES[cfg["suite"]].targets)
+def _targets(settings: SDETableRun) -> list[str]:
+    names = settings.targets.split(",") if settings.targets else list(SUITES[settings.suite].targets)
     bad = [t for t in names if t not in TARGETS]
     if bad:
-        raise ConfigError(f"targets={cfg['targets']!r}: unknown {', '.join(bad)}; valid: {', '.join(TARGETS)}")
+        raise ConfigError(f"targets={settings.targets!r}: unknown {', '.join(bad)}; valid: {', '.join(TARGETS)}")
     return names
 
 
-def _rows(cfg: dict) -> list[Row]:
-    rows, spec = SUITES[cfg["suite"]].rows, cfg["rows"]
+def _rows(settings: SDETableRun) -> list[Row]:
+    rows, spec = SUITES[settings.suite].rows, settings.rows
     if spec == "all":
         return list(rows)
     try:
@@ -186,20 +213,22 @@ def _rows(cfg: dict) -> list[Row]:
     except ValueError:
         raise ConfigError(f"rows={spec!r}: valid: all, or comma-separated indices 0-{len(rows) - 1}") from None
     if any(not 0 <= i < len(rows) for i in idx):
-        raise ConfigError(f"rows={spec!r}: suite {cfg['suite']} has rows 0-{len(rows) - 1}: " + "; ".join(f"{i} {r.label}" for i, r in enumerate(rows)))
+        raise ConfigError(f"rows={spec!r}: suite {settings.suite} has rows 0-{len(rows) - 1}: " + "; ".join(f"{i} {r.label}" for i, r in enumerate(rows)))
     return [rows[i] for i in idx]
 
 
-def _run_settings(cfg: dict, row: Row, target: str) -> dict:
-    """The settings of one sub-run: the table's common settings, the row's, the defaults of what the row leaves out."""
-    defaults = {key: sde.SETTINGS[key].default for key in _ROW_KEYS}
-    return defaults | {k: v for k, v in cfg.items() if k not in _TABLE_KEYS} | row.settings | {"target": target}
+def _run_settings(settings: SDETableRun, row: Row, target: str) -> dict:
+    """The flat settings of one sub-run (its ``config.json``): the table's common settings, the row's, the defaults of
+    what the row leaves out, in the order the table has always written them (the row keys first)."""
+    common = flatten(settings.runs)
+    shared = {k: common[k] for k in sde.SETTINGS}  # the run's declared settings (not TrainingConfig's lr_flow, epsilon)
+    return {k: shared[k] for k in _ROW_KEYS} | shared | row.settings | {"target": target}
 
 
-def _validate(cfg: dict) -> None:
-    targets = _targets(cfg)
-    for row in _rows(cfg):
-        sde._validate(_run_settings(cfg, row, targets[0]))
+def validate(settings: SDETableRun) -> None:
+    targets = _targets(settings)
+    for row in _rows(settings):
+        sde.validate(build(sde.SDERun, _run_settings(settings, row, targets[0])))
 
 
 def _fmt(v: Cell) -> str:
@@ -212,22 +241,26 @@ def _folder(label: str) -> str:
     return re.sub(r"[^\w-]+", "_", label).strip("_")
 
 
-def _mean_std(values: list[float]) -> Cell:
+def _mean_std(values: list[float]) -> tuple[float, float] | None:
     a = np.array(values, dtype=float)
     return None if np.isnan(a).all() else (float(a.mean()), float(a.std()))
 
 
-def run(cfg: dict, out: Path, resume: bool) -> dict:
+def run(settings: SDETableRun, context: RunContext) -> dict:
     """Every requested row and target over seeds, the suite's baselines, then the table beside the paper."""
-    suite, base_seed = SUITES[cfg["suite"]], torch.initial_seed()
-    rows, targets = _rows(cfg), _targets(cfg)
+    suite, base_seed, out, seeds = SUITES[settings.suite], context.seed, context.out, settings.seeds
+    rows, targets = _rows(settings), _targets(settings)
     col_a, col_b = suite.columns
-    keys = [(target, row, base_seed + k) for target in targets for row in rows for k in range(cfg["seeds"])]
-    jobs = [SubRun(out / target / _folder(row.label) / f"seed{seed}", seed, _run_settings(cfg, row, target)) for target, row, seed in keys]
-    finished = run_many(sde.run, jobs, resume, cfg["jobs"], diverged_ok=True, executor=cfg["executor"], address=cfg["address"])
+    keys = [(target, row, base_seed + k) for target in targets for row in rows for k in range(seeds)]
+    jobs = [
+        SubRun(out / target / _folder(row.label) / f"seed{seed}", seed, _run_settings(settings, row, target), settings_type=sde.SDERun)
+        for target, row, seed in keys
+    ]
+    execution = settings.execution
+    finished = run_many(sde.run, jobs, context.resume, execution.jobs, diverged_ok=True, executor=execution.executor, address=execution.address)
     cells: dict[str, dict[str, list[tuple[float, float, float]]]] = {t: {} for t in targets}  # (column a, column b, s/step)
     diverged: dict[tuple[str, str], int] = {}
-    history = []
+    history: list[dict] = []
     for (target, row, seed), m in zip(keys, finished):
         entry = {"step": len(history) + 1, "trajectories": 0, "target": target, "row": row.label, "seed": seed}
         cells[target].setdefault(row.label, [])
@@ -240,25 +273,26 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
         history.append(entry | {col_a.label(target): a, col_b.label(target): b})
     for target in targets:
         for name, move, threshold in (("SMC", "mala", 0.5), ("HMC", "hmc", 0.0)) if target in suite.baselines else ():
-            for k in range(cfg["seeds"]):  # HMC: annealed importance sampling with HMC moves (no resampling)
+            for k in range(seeds):  # HMC: annealed importance sampling with HMC moves (no resampling)
                 torch.manual_seed(base_seed + k)
                 opts = dict(suite.baselines[target]) | ({"n_moves": 1} if move == "hmc" else {})
                 r = annealed_smc(
                     TARGETS[target].log_prob,
                     TARGETS[target].dim,
-                    cfg["smc_particles"],
-                    cfg["smc_temps"],
+                    settings.baselines.smc_particles,
+                    settings.baselines.smc_temps,
                     move=move,
                     ess_threshold=threshold,
                     generator=seeded_generator(base_seed + k),
                     **opts,
                 )
                 cells[target].setdefault(name, []).append((col_a.value(r.log_Z, TARGETS[target].log_Z), float("nan"), float("nan")))
-    metrics, lines = {}, []
-    plural = "s" if cfg["seeds"] != 1 else ""
+    metrics: dict[str, float] = {}
+    lines: list[str] = []
+    plural = "s" if seeds != 1 else ""
     for target in targets:
         lines += [
-            f"\n{target}: {suite.source} (ours: mean ± std over {cfg['seeds']} seed{plural}; paper: {suite.paper_runs} runs){'; ' + suite.note if suite.note else ''}",
+            f"\n{target}: {suite.source} (ours: mean ± std over {seeds} seed{plural}; paper: {suite.paper_runs} runs){'; ' + suite.note if suite.note else ''}",
             f"{'row':<30} {col_a.label(target) + ' (ours)':>16} {col_a.label(target) + ' (paper)':>18} {col_b.label(target) + ' (ours)':>18} {col_b.label(target) + ' (paper)':>20} {'s/step':>7}",
         ]
         paper = suite.paper.get(target, {})
@@ -284,7 +318,7 @@ def run(cfg: dict, out: Path, resume: bool) -> dict:
     write_table(out, "\n".join(lines).strip() + "\n", history, first, ("samples.png",))
     if first is None:
         raise TrainingDiverged(f"every run of the table diverged (see {out / 'table.txt'}); no samples to keep")
-    return metrics | {"seeds": cfg["seeds"]}
+    return metrics | {"seeds": seeds}
 
 
 register(
@@ -294,7 +328,8 @@ register(
         SETTINGS,
         PRESETS,
         run,
-        _validate,
+        validate,
         multi_run=True,
+        settings_type=SDETableRun,
     )
 )

@@ -162,9 +162,8 @@ def test_target_regime_weights_are_uniform_and_forward_kl_is_the_likelihood():
     from gflownet_measure.experiments.sde import _target_batch
     torch.manual_seed(5)
     cfg, graph, pf, pb = setup(n_steps=6)
-    cfg |= {"batch_size": 64}
     gfn = GFlowNet(pf, pb)
-    batch = _target_batch(graph, gfn, cfg)
+    batch = _target_batch(graph, gfn, cfg["target"], 64)
     traj, scores = batch.traj, batch.scores
     loss = OBJECTIVES["forward_kl"](gfn, batch)
     assert float(loss.detach()) == pytest.approx(-float((scores.log_pf * traj.mask).sum(0).mean().detach()), rel=1e-5)
@@ -196,6 +195,7 @@ def test_checks_catch_a_policy_without_its_jacobian():
     assert worst.estimate == pytest.approx(0.75, abs=0.05)  # |integral - 1| at the worst state
 
 
+@pytest.mark.slow  # trains two samplers to convergence (600 Adam steps each): about 5 s
 def test_vargrad_and_tb_share_the_minimiser_of_a_one_step_sampler():
     """One Euler-Maruyama step (T = 1, sigma = 1, learned variance) to R(x) = 3 N(x; 1.5, 0.5^2): both losses vanish exactly
     when P_F = R / Z (TB with log Z = log 3, VarGrad with the batch mean of w = log 3), the unique minimiser here, as P_B

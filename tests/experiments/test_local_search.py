@@ -53,7 +53,7 @@ def test_torus_local_search_alternates_and_wraps():
 
     torch.manual_seed(0)
     cfg = resolve(experiment.SETTINGS, dict(s.split("=") for s in TINY) | {"local_search": "true", "ls_every": "4", "ls_moves": "20", "ls_step": "2.0"})
-    space, graph, pf, pb = make_environment("torus", cfg)
+    space, graph, pf, pb = make_environment("torus", build(experiment.env.TorusConfig, cfg))
     gfn, objective = GFlowNet(pf, pb), get_objective("tb")
     target = experiment.env.target_of(space)
     batches = experiment.make_batches(gfn, graph, objective, build(TrainingConfig, cfg), target, build(LocalSearchConfig, cfg))

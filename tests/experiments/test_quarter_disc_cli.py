@@ -42,10 +42,10 @@ def test_run_writes_the_contract(tmp_path):
 def test_the_papers_network_is_three_leaky_relu_layers_under_every_head():
     """n_layers=3 activation=leaky_relu flow_torso=shared: P_F's torso is 3 Linear+LeakyReLU blocks, and the learned P_B
     uses it; DB's state flow is a linear head on it (the default keeps 4 ELU blocks and a flow of its own)."""
-    space, graph, pf, pb = make_environment("quarter-disc", {"n_layers": 3, "activation": "leaky_relu", "flow_torso": "shared", "backward": "learned"})
+    space, graph, pf, pb = make_environment("quarter-disc", qd.QuarterDiscConfig(n_layers=3, activation="leaky_relu", flow_torso="shared", backward="learned"))
     assert [type(m) for m in pf.torso] == [torch.nn.Linear, torch.nn.LeakyReLU] * 3 and pb.torso is pf.torso
     assert space.flow_torso == "shared"
-    _, _, default, _ = make_environment("quarter-disc", {})
+    _, _, default, _ = make_environment("quarter-disc", qd.QuarterDiscConfig())
     assert [type(m) for m in default.torso] == [torch.nn.Linear, torch.nn.ELU] * 4
 
 

@@ -14,19 +14,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 PARENT = """
 import os, sys, time
+from dataclasses import dataclass
 from pathlib import Path
 from gflownet_measure.experiments.common import SubRun, run_many
 
-def run(cfg, out, resume):
-    (out / "started").write_text(str(os.getpid()))
-    if cfg["fail"]:
+@dataclass(frozen=True)
+class Job:
+    fail: bool = False
+    sleep: float = 0.0
+
+def run(settings, context):
+    (context.out / "started").write_text(str(os.getpid()))
+    if settings.fail:
         raise RuntimeError("job failed on purpose")
-    time.sleep(cfg["sleep"])
+    time.sleep(settings.sleep)
     return {}
 
 if __name__ == "__main__":
     root, n, fail, sleep = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fail", float(sys.argv[4])
-    run_many(run, [SubRun(root / f"job{k}", k, {"fail": fail and k == 0, "sleep": sleep}) for k in range(n)], resume=False, workers=2)
+    run_many(run, [SubRun(root / f"job{k}", k, {"fail": fail and k == 0, "sleep": sleep}, Job) for k in range(n)], resume=False, workers=2)
 """
 
 

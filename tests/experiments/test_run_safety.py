@@ -2,6 +2,7 @@
 checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability).
 A run cannot be turned against its user: no write through a symbolic link, --overwrite deletes only what the run's
 manifest lists, and a diverged model is never checkpointed (issue 64, items 1-3)."""
+import dataclasses
 import fcntl
 import json
 import os
@@ -453,10 +454,15 @@ def test_a_run_on_its_own_in_the_folder_of_a_tables_run_is_refused_and_deletes_n
     assert main(["run", "quarter-disc-figure1", "--out", str(table), "--resume", "--threads", "1"]) == 0
 
 
-def report_the_lock(cfg, out, resume) -> dict:
+@dataclasses.dataclass(frozen=True)
+class NoSettings:
+    """The typed settings of :func:`report_the_lock`: it has none."""
+
+
+def report_the_lock(settings: NoSettings, context) -> dict:
     """A table's run function that reports whether its folder is locked (by the process that trains it) while it runs."""
     try:
-        os.close(_hold(out))
+        os.close(_hold(context.out))
     except BlockingIOError:
         return {"locked": True, "pid": os.getpid()}
     return {"locked": False, "pid": os.getpid()}
@@ -466,7 +472,7 @@ def report_the_lock(cfg, out, resume) -> dict:
 def test_a_tables_run_holds_the_lock_on_its_folder_while_it_trains(tmp_path, workers):
     from gflownet_measure.experiments.common import SubRun, run_many
 
-    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}) for k in range(2)]
+    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}, NoSettings) for k in range(2)]
     metrics = run_many(report_the_lock, jobs, resume=False, workers=workers)
     assert all(m["locked"] for m in metrics), metrics
     assert (len({m["pid"] for m in metrics} - {os.getpid()}) > 0) == (workers > 1)  # in worker processes with workers=2
@@ -478,7 +484,7 @@ def test_a_tables_run_whose_folder_another_process_holds_is_refused(tmp_path, wo
     from gflownet_measure.experiments.common import SubRun, run_many
     from gflownet_measure.experiments.settings import ConfigError
 
-    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}) for k in range(2)]
+    jobs = [SubRun(tmp_path / "t" / f"run{k}", k, {}, NoSettings) for k in range(2)]
     jobs[1].out.mkdir(parents=True)
     fd = _hold(jobs[1].out)  # a run started there on its own
     try:

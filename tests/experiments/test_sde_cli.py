@@ -128,10 +128,10 @@ def test_a_diverged_row_is_reported_as_the_paper_reports_an_unstable_one(tmp_pat
 
     run = sde.run
 
-    def diverging_reverse_kl(cfg, out, resume):
-        if cfg["objective"] == "reverse_kl":
+    def diverging_reverse_kl(settings, context):
+        if settings.objective == "reverse_kl":
             raise TrainingDiverged("gradient norm is inf at step 3")
-        return run(cfg, out, resume)
+        return run(settings, context)
 
     monkeypatch.setattr(sde, "run", diverging_reverse_kl)
     out = tmp_path / "table"
@@ -153,15 +153,15 @@ def test_off_policy_steps_add_exploration_squared_to_the_variance_in_x():
     import math
 
     from gflownet_measure.environments import sde as env
-    from gflownet_measure.experiments.sde import SETTINGS, exploration_noise
+    from gflownet_measure.experiments.sde import SDERun, exploration_noise
     from gflownet_measure.experiments.settings import build
 
-    cfg = {k: s.default for k, s in SETTINGS.items()} | {"regime": "off", "exploration": 0.1, "steps": 1000}
-    c2 = env.sigma_of(build(env.SDEConfig, cfg)) ** 2 / cfg["n_steps"]
-    assert env.sigma_of(build(env.SDEConfig, cfg)) == math.sqrt(5.0)
-    assert exploration_noise(cfg, 0) * c2 == pytest.approx(0.01)
-    assert exploration_noise(cfg, 500) * c2 == pytest.approx(0.0025) and exploration_noise(cfg, 1000) == 0.0
-    assert exploration_noise(cfg | {"regime": "on"}, 0) == 0.0
+    settings = build(SDERun, {"regime": "off", "exploration": 0.1, "steps": 1000})
+    c2 = env.sigma_of(settings.space) ** 2 / settings.space.n_steps
+    assert env.sigma_of(settings.space) == math.sqrt(5.0)
+    assert exploration_noise(settings, 0) * c2 == pytest.approx(0.01)
+    assert exploration_noise(settings, 500) * c2 == pytest.approx(0.0025) and exploration_noise(settings, 1000) == 0.0
+    assert exploration_noise(build(SDERun, {"regime": "on", "exploration": 0.1, "steps": 1000}), 0) == 0.0
 
 
 def test_local_search_alternates_policy_and_refined_buffer_batches():
@@ -170,13 +170,13 @@ def test_local_search_alternates_policy_and_refined_buffer_batches():
     import torch
 
     from gflownet_measure.experiments.local_search import LocalSearchBatches
-    from gflownet_measure.experiments.sde import SETTINGS, make_batches, make_gflownet
-    from gflownet_measure.experiments.settings import resolve
+    from gflownet_measure.experiments.sde import SETTINGS, SDERun, make_batches, make_gflownet
+    from gflownet_measure.experiments.settings import build, resolve
 
     torch.manual_seed(0)
-    cfg = resolve(SETTINGS, dict(s.split("=") for s in TINY) | {"target": "gmm25", "local_search": "true", "ls_every": "4", "ls_moves": "3"})
-    graph, gfn = make_gflownet(cfg)
-    batches = make_batches(gfn, graph, cfg)
+    settings = build(SDERun, resolve(SETTINGS, dict(s.split("=") for s in TINY) | {"target": "gmm25", "local_search": "true", "ls_every": "4", "ls_moves": "3"}))
+    graph, gfn = make_gflownet(settings)
+    batches = make_batches(gfn, graph, settings)
     assert isinstance(batches, LocalSearchBatches)
     b0 = batches(0)
     assert len(batches.visited) == 16 and len(batches.refined) == 0

@@ -92,4 +92,4 @@ def test_logger_tensorboard_without_the_package_is_one_line_before_the_folder(tm
 
 def test_logger_is_not_part_of_the_run_identity():
     """Where a run reports changes nothing it trains: a checkpoint written before the setting existed still resumes."""
-    assert run_id({"steps": 20, "logger": "tensorboard"})["settings"] == run_id({"steps": 20})["settings"] == {"steps": 20}
+    assert run_id({"steps": 20, "logger": "tensorboard"}, 0)["settings"] == run_id({"steps": 20}, 0)["settings"] == {"steps": 20}

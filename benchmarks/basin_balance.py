@@ -45,10 +45,9 @@ from torch import Tensor, nn
 from gflownet_measure.environments import torus as env
 from gflownet_measure.experiments.common import configure
 from gflownet_measure.experiments.environment import make_environment
-from gflownet_measure.experiments.local_search import LocalSearchConfig, backward_batch
-from gflownet_measure.experiments.settings import build
-from gflownet_measure.experiments.torus import Reference, make_batches
-from gflownet_measure.experiments.training_config import TrainingConfig
+from gflownet_measure.experiments.local_search import backward_batch
+from gflownet_measure.experiments.settings import build, resolve
+from gflownet_measure.experiments.torus import SETTINGS, Reference, TorusRun, make_batches
 from gflownet_measure.metrics import log_weights
 from gflownet_measure.objectives import GFlowNet, get_objective
 from gflownet_measure.rollout import log_densities, sample_forward
@@ -89,28 +88,30 @@ def load_run(run_dir: Path):
     if not (config.is_file() and checkpoint.is_file()):
         raise ValueError(f"{run_dir} holds no run (config.json and checkpoint.pt); give the folder of a `gflownet-measure run torus`")
     saved = json.loads(config.read_text())
-    cfg = saved["settings"]
-    if saved.get("experiment") != "torus" or cfg.get("space") != "torus":
-        raise ValueError(f"{run_dir} is a {saved.get('experiment')!r} run (space {cfg.get('space')!r}); this reads `run torus` runs with space=torus")
-    objective = configure(get_objective(cfg["objective"]), cfg)
+    if saved.get("experiment") != "torus":
+        raise ValueError(f"{run_dir} is a {saved.get('experiment')!r} run; this reads `run torus` runs with space=torus")
+    settings = build(TorusRun, resolve(SETTINGS, saved["settings"]))
+    if settings.space != "torus":
+        raise ValueError(f"{run_dir} is a run with space={settings.space!r}; this reads `run torus` runs with space=torus")
+    objective = configure(get_objective(settings.objective), settings)
     if objective.log_Z is None or objective.needs_flow:
-        raise ValueError(f"{run_dir} trained objective={cfg['objective']}; the balance is trajectory balance's: a run with objective=tb")
-    space, graph, pf, pb = make_environment("torus", cfg)
+        raise ValueError(f"{run_dir} trained objective={settings.objective}; the balance is trajectory balance's: a run with objective=tb")
+    space, graph, pf, pb = make_environment("torus", settings.torus)
     gfn = GFlowNet(pf, pb, None)
     target = env.target_of(space)
-    training = build(TrainingConfig, cfg)
-    batches = make_batches(gfn, graph, objective, training, target, build(LocalSearchConfig, cfg))
-    average = WeightAverage(pf, cfg["ema"]) if cfg["ema"] > 0 else None
+    training = settings.training
+    batches = make_batches(gfn, graph, objective, training, target, settings.search)
+    average = WeightAverage(pf, settings.ema) if settings.ema > 0 else None
     held = {"gfn": gfn} | ({"batches": batches} if batches is not None else {}) | ({"average": average} if average is not None else {})
     (gfn if len(held) == 1 else nn.ModuleDict(held)).load_state_dict(torch.load(checkpoint, weights_only=False)["model"])
-    return cfg, space, graph, gfn, objective, target, training, batches, average
+    return settings, space, graph, gfn, objective, target, training, batches, average
 
 
 def balance(run_dir: Path, samples: int = 10000, seed: int = 0) -> Balance:
     """The module docstring's quantities for the run in ``run_dir``, from ``samples`` trajectories of each kind."""
-    cfg, space, graph, gfn, objective, target, training, batches, average = load_run(run_dir)
+    settings, space, graph, gfn, objective, target, training, batches, average = load_run(run_dir)
     torch.manual_seed(seed)
-    ref = Reference.build(target, cfg["eval_grid"], cfg["bandwidth"])
+    ref = Reference.build(target, settings.evaluation.eval_grid, settings.evaluation.bandwidth)
     names, exact = list(target.regions), ref.exact_masses()
     found = Balance(ref.log_Z, float(objective.log_Z(gfn, graph)), names)
 

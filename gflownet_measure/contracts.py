@@ -39,7 +39,7 @@ from .measures import Measure
 from .networks import MLPPolicy, StateFlow
 from .sampled import SampledMeasure
 
-__all__ = ["ContractError", "check_measure", "check_chart", "check_reference", "check_encode", "check_network", "check_states"]
+__all__ = ["ContractError", "check_measure", "check_chart", "check_reference", "check_encode", "check_network", "check_policy_kernel", "check_states"]
 
 
 def _inside(box: Box, b: int, dtype: torch.dtype) -> Tensor:
@@ -157,6 +157,22 @@ def check_network(network: nn.Module, name: str, s: Tensor) -> None:
         )
 
 
+POLICY_KERNELS = {"P_F": ("kappa", "kappa_b"), "P_B": ("kappa_b", "kappa")}
+"""A policy's name -> (the kernel its densities are relative to, the other one)."""
+
+
+def check_policy_kernel(graph: PointedGraph, name: str, network: nn.Module) -> None:
+    """A :class:`ContractError` where the policy ``name`` (``P_F`` or ``P_B``) holds as its ``kernel`` the graph's other
+    kernel: P_F is a density w.r.t. :math:`\\kappa`, P_B w.r.t. :math:`\\kappa_b`, and one built on the other kernel
+    keeps every shape while its densities are relative to the wrong measure."""
+    own, other = POLICY_KERNELS.get(name, ("", ""))
+    kernel = getattr(network, "kernel", None)
+    if own and kernel is not None and getattr(graph, own) is not getattr(graph, other) and kernel is getattr(graph, other):
+        raise ContractError(
+            f"{name} is built on graph.{other}, not graph.{own}: a policy is a density w.r.t. its own reference kernel (P_F w.r.t. kappa, P_B w.r.t. kappa_b); build it on graph.{own}"
+        )
+
+
 def check_states(graph: PointedGraph, states: Tensor, terminal: Tensor, networks: dict[str, nn.Module | None]) -> str:
     """Every contract at the non-sink ``states [B, D]`` and the ``terminal`` states ``[M, D]`` (after :func:`check_reference`):
     both kernels, ``encode``, the log-reward and ``networks`` (name -> policy, state flow or ``None``); a one-line summary."""
@@ -166,6 +182,7 @@ def check_states(graph: PointedGraph, states: Tensor, terminal: Tensor, networks
     width = check_encode(graph.encode, graph.name, states)
     for name, network in networks.items():
         if network is not None:
+            check_policy_kernel(graph, name, network)
             check_network(network, name, states)
     if len(terminal):
         graph.checked_log_reward(terminal)

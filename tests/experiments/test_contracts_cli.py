@@ -42,7 +42,7 @@ def test_the_variants_change_the_space(tmp_path):
 @pytest.mark.parametrize("name", BROKEN)
 def test_check_says_which_object_has_the_wrong_shape_in_one_line_with_exit_2(tmp_path, capsys, name):
     source, message = BROKEN[name]
-    module = "space_" + name.replace("-", "_")
+    module = "contracts_space_" + name.replace("-", "_")  # a module name of its own: test_user_run imports space_<id> too, and an imported module stays in sys.modules
     (tmp_path / f"{module}.py").write_text(source)
     assert main(["check", f"{module}.py:make_graph", "--samples", "16", "--threads", "1"]) == 2
     out = capsys.readouterr()

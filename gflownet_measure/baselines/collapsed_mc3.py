@@ -328,7 +328,7 @@ def _run_chains(
             start_rng, step_seed = np.random.default_rng(child), int(child.generate_state(1)[0])
             chain = _Chain(_start(d, c, start_rng, cap), cache, target.log_edge_odds, random.Random(step_seed))
             if budget is not None:
-                kept, n_accepted, n_steps = _timed(chain, n_samples, budget.seconds / n_chains, budget.burn_in_fraction, bar)
+                kept, n_accepted, n_steps = _timed(chain, n_samples, budget._replace(seconds=budget.seconds / n_chains), bar)
                 codes[c] = np.asarray(kept)
                 accepted, total = accepted + n_accepted, total + n_steps
                 continue
@@ -343,13 +343,12 @@ def _run_chains(
     return _Run(codes, accepted / total if total else math.nan, time.perf_counter() - t0)
 
 
-def _timed(chain: _Chain, n_samples: int, seconds: float, burn_in_fraction: float, bar) -> tuple[list[list[int]], int, int]:
-    """Steps of ``chain`` until ``seconds`` have passed and at least ``n_samples`` states follow the burn-in (checked at
-    each kept state, so it overruns by at most one thinning interval); returns ``n_samples`` states evenly spaced after
-    the first ``burn_in_fraction`` of the steps (:class:`~gflownet_measure.baselines.samples.EvenThinning` with room for
-    :math:`2n / (1 - f)`, so that at least :math:`n` of its states follow the burn-in), the accepted steps and the steps."""
-    run_clock = Clock(seconds, burn_in_fraction)
-    least, kept = run_clock.least(n_samples), run_clock.thinning(n_samples)
+def _timed(chain: _Chain, n_samples: int, budget: Clock, bar) -> tuple[list[list[int]], int, int]:
+    """Steps of ``chain`` until ``budget.seconds`` have passed and at least ``n_samples`` states follow the burn-in
+    (checked at each kept state, so it overruns by at most one thinning interval); returns ``n_samples`` states evenly
+    spaced after the first ``budget.burn_in_fraction`` of the steps (:meth:`~gflownet_measure.baselines.samples.Clock.thinning`:
+    room for :math:`2n / (1 - f)`, so that at least :math:`n` of its states follow the burn-in), the accepted steps and the steps."""
+    least, kept = budget.least(n_samples), budget.thinning(n_samples)
     t0 = last = time.perf_counter()
     steps = accepted = 0
     while True:
@@ -361,8 +360,8 @@ def _timed(chain: _Chain, n_samples: int, seconds: float, burn_in_fraction: floa
         if now - last >= 1.0:
             bar.update(round(now - t0) - round(last - t0))
             last = now
-        if now - t0 >= seconds and steps > least:
-            return kept.take(n_samples, int(burn_in_fraction * steps)), accepted, steps
+        if now - t0 >= budget.seconds and steps > least:
+            return kept.take(n_samples, int(budget.burn_in_fraction * steps)), accepted, steps
 
 
 def _adjacency(codes: np.ndarray) -> np.ndarray:

@@ -19,11 +19,17 @@
   back for ``--overwrite``, which deletes exactly that and refuses a folder that holds anything else.
 
 A folder without a manifest (library use; a run folder of an earlier version) is written the same way, unrecorded.
+
+A write that fails (a disk that filled up, a folder that became read-only) raises an ``OSError`` whose ``filename`` is
+the file being written (``out/wall_clock.json``, never its temporary name: the command line prints ``error: FILE:
+No space left on device``), also where the writer is a library that reports the failure otherwise (``torch.save``
+raises a ``RuntimeError``); and the temporary file is removed, so a failed write leaves the folder as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -57,6 +63,36 @@ _lock = threading.RLock()  # one manifest update at a time (the wall clock write
 
 class RunFileError(ValueError):
     """A run file that cannot be written safely: a symbolic link, not a plain file, or outside the run folder (one line, naming it)."""
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An ``OSError`` inside (from an operation on ``path``, its temporary file or its folder's descriptor) raised again
+    with ``path`` as its file name: what the user sees names the run file, not nothing or a temporary name."""
+    try:
+        yield
+    except OSError as e:
+        raise _named(e, path) from None
+
+
+def _named(e: OSError, path: Path) -> OSError:
+    if e.errno is None:
+        return e
+    return OSError(e.errno, e.strerror or os.strerror(e.errno), str(path))  # the subclass of the errno (FileNotFoundError, ...)
+
+
+class _Temporary(io.FileIO):
+    """The temporary file under the writer's buffer: remembers the first ``OSError`` of a write (a disk that filled up),
+    which a writing library may report as an exception of its own (``torch.save``: ``RuntimeError: ... unexpected pos``)."""
+
+    error: OSError | None = None
+
+    def write(self, b) -> int | None:  # type: ignore[override]
+        try:
+            return super().write(b)
+        except OSError as e:
+            self.error = self.error or e
+            raise
 
 
 @contextlib.contextmanager
@@ -122,7 +158,8 @@ def _make_one(parent_fd: int, parent: Path, name: str) -> None:
     except FileNotFoundError:
         pass
     recorded = _record(parent_fd, parent, name, "folders")
-    os.mkdir(name, dir_fd=parent_fd)
+    with _naming(parent / name):
+        os.mkdir(name, dir_fd=parent_fd)
     if recorded:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
         try:
@@ -141,7 +178,8 @@ def _is_link(fd: int, name: str) -> bool:
 def _check_name(fd: int, path: Path) -> None:
     """``path`` (in the folder ``fd``) is absent or a plain file: a link or anything else is refused."""
     try:
-        mode = os.stat(path.name, dir_fd=fd, follow_symlinks=False).st_mode
+        with _naming(path):
+            mode = os.stat(path.name, dir_fd=fd, follow_symlinks=False).st_mode
     except FileNotFoundError:
         return
     if stat.S_ISLNK(mode):
@@ -154,17 +192,28 @@ def _replace(fd: int, path: Path, write: Callable[[BinaryIO], object] | bytes, p
     """``write(f)`` into a fresh temporary file in the folder ``fd``, renamed onto ``path.name`` (after renaming the file
     there to ``previous``, where given); the temporary file is removed if anything fails."""
     tmp = f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=fd)
+    with _naming(path):
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=fd)
+    raw: _Temporary | None = None
     try:
-        with os.fdopen(out, "wb") as f:
-            f.write(write) if isinstance(write, bytes) else write(f)
-        if previous is not None:
+        with _naming(path):
+            raw = _Temporary(out, "wb")
             try:
-                os.replace(path.name, previous, src_dir_fd=fd, dst_dir_fd=fd)
-            except FileNotFoundError:
-                pass
-        os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+                with io.BufferedWriter(raw) as f:
+                    f.write(write) if isinstance(write, bytes) else write(f)
+            except Exception:
+                if raw.error is not None:  # the disk refused a write, whatever the writer made of it
+                    raise raw.error from None
+                raise
+            if previous is not None:
+                try:
+                    os.replace(path.name, previous, src_dir_fd=fd, dst_dir_fd=fd)
+                except FileNotFoundError:
+                    pass
+            os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
     except BaseException:
+        with contextlib.suppress(OSError):
+            raw.close() if raw is not None else os.close(out)  # (closed already, unless the buffer could not be made)
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=fd)
         raise
@@ -243,7 +292,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def append_text(path: Path, text: str) -> None:
-    """``text`` (UTF-8) appended to ``path`` (made if missing), opened with ``O_NOFOLLOW`` inside the run folder."""
+    """``text`` (UTF-8) appended to ``path`` (made if missing), opened with ``O_NOFOLLOW`` inside the run folder; an append
+    that fails is cut off again (the file keeps its earlier lines, not half of the new ones)."""
     path = Path(path)
     fd = _folder_of(path)
     try:
@@ -251,12 +301,25 @@ def append_text(path: Path, text: str) -> None:
         _record(fd, path.parent, path.name, "files")
         try:
             out = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=fd)
-        except OSError:
+        except OSError as e:
             if _is_link(fd, path.name):
                 raise _refuse_link(path) from None
-            raise
-        with os.fdopen(out, "ab") as f:
-            f.write(text.encode())
+            raise _named(e, path) from None
+        with _naming(path):
+            try:
+                end, rest = os.fstat(out).st_size, memoryview(text.encode())
+            except OSError:
+                os.close(out)
+                raise
+            try:
+                while rest:
+                    rest = rest[os.write(out, rest) :]
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(out, end)  # no half a line left behind (a disk that filled up)
+                raise
+            finally:
+                os.close(out)
     finally:
         os.close(fd)
 

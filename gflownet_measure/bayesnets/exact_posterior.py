@@ -21,6 +21,14 @@ from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 __all__ = ["ExactPosterior"]
 
 
+def _normalised(log_w: Tensor) -> Tensor:
+    """:math:`\\log w_i - \\log \\sum_k w_k`, shifted by the largest first: where the scores are so large that
+    :math:`\\log n` vanishes beside them in float64 (data in huge units: log-joints of 1e25), ``log_w - logsumexp(log_w)``
+    gives every tied maximum probability 1; the shifted form keeps the ties at :math:`1 / n`."""
+    shifted = log_w - log_w.max()
+    return shifted - torch.logsumexp(shifted, 0)
+
+
 class ExactPosterior:
     """:math:`P(G | D)` over every DAG and :math:`P(\\theta | G, D)` in closed form, for a :class:`LinearGaussian` with ``d <= 5``.
 
@@ -36,8 +44,8 @@ class ExactPosterior:
         self.dags = enumerate_dags(model.d, max_parents)
         self._codes = dag_codes(self.dags)  # [n], increasing
         log_joint = model.log_joint_graph(self.dags)  # [n]: log P(G) + log P(D | G)
+        self.log_prob = _normalised(log_joint)
         self._log_Z = torch.logsumexp(log_joint, 0)
-        self.log_prob = log_joint - self._log_Z
         self._features: dict[str, Tensor] | None = None
         self._mean_field_features: dict[str, Tensor] | None = None
 
@@ -61,8 +69,7 @@ class ExactPosterior:
         (:meth:`~gflownet_measure.bayesnets.linear_gaussian.LinearGaussian.mean_field_gap`) this is :math:`P(G | D)\\, e^{-\\mathrm{gap}(G)} / Z'`: a bias
         that no training of ``lingauss-diag`` removes where the posterior weights of a child are correlated.
         """
-        log_p = self.log_prob - self.model.mean_field_gap(self.dags)
-        return log_p - torch.logsumexp(log_p, 0)
+        return _normalised(self.log_prob - self.model.mean_field_gap(self.dags))
 
     def mean_field_features(self) -> dict[str, Tensor]:
         """The features of :meth:`features` under :meth:`mean_field_log_prob` (computed once)."""

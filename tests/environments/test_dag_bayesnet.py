@@ -1,6 +1,7 @@
 """The linear-Gaussian network of JSP-GFN (``gflownet_measure/bayesnets/linear_gaussian.py``, ``exact.py``): closed forms
 against direct densities, quadrature and autograd; the mini-batch likelihood; simulated and CSV data; and the
 exact posterior against its own samples."""
+
 import math
 
 import numpy as np
@@ -97,10 +98,7 @@ def test_sample_and_log_prob_theta_posterior_match_the_gaussian():
     sample_cov = torch.cov(theta[:, p, 1].T)
     se_cov = ((v.diagonal()[:, None] * v.diagonal()[None, :] + v.square()) / n).sqrt()  # Gaussian sample-covariance SE
     assert ((sample_cov - v).abs() < 5 * se_cov).all() and v[0, 1].abs() > 0.5 * v.diagonal().prod().sqrt()
-    ref = sum(
-        torch.distributions.MultivariateNormal(mean[adj[:, j], j], cov[j][adj[:, j]][:, adj[:, j]]).log_prob(theta[:, adj[:, j], j])
-        for j in (1, 2)
-    )
+    ref = sum(torch.distributions.MultivariateNormal(mean[adj[:, j], j], cov[j][adj[:, j]][:, adj[:, j]]).log_prob(theta[:, adj[:, j], j]) for j in (1, 2))
     assert torch.allclose(model.log_prob_theta_posterior(adj.expand(n, 3, 3), flat), ref, rtol=1e-11, atol=1e-10)
 
 
@@ -185,10 +183,13 @@ def test_exact_posterior_normalises_and_its_evidence_sums_the_local_scores(exact
     model = exact3.model
     assert float(exact3.log_prob.exp().sum()) == pytest.approx(1.0, abs=1e-12)
     # log Z from the scalar local scores, graph by graph, independently of the batched path
-    per_graph = torch.tensor([
-        sum(model.local_log_marginal(j, tuple(adj[:, j].nonzero()[:, 0].tolist())) for j in range(3)) + float(model.log_prior_graph(adj))
-        for adj in enumerate_dags(3)
-    ], dtype=torch.float64)
+    per_graph = torch.tensor(
+        [
+            sum(model.local_log_marginal(j, tuple(adj[:, j].nonzero()[:, 0].tolist())) for j in range(3)) + float(model.log_prior_graph(adj))
+            for adj in enumerate_dags(3)
+        ],
+        dtype=torch.float64,
+    )
     assert exact3.log_normaliser() == pytest.approx(float(torch.logsumexp(per_graph, 0)), abs=1e-10)
     assert torch.allclose(exact3.log_prob_graph(exact3.dags), per_graph - torch.logsumexp(per_graph, 0), atol=1e-10)
     with pytest.raises(ValueError, match="not a DAG"):
@@ -270,3 +271,13 @@ def test_mean_field_log_prob_is_the_normalised_evidence_lower_bound_of_the_best_
     assert float((exact.log_prob - log_mf).abs().max()) > 1e-3  # the bias is visible on this data
     f, g = exact.features(), exact.mean_field_features()
     assert set(g) == set(f) and not torch.allclose(f["edge"], g["edge"], atol=1e-4)
+
+
+def test_the_exact_posterior_sums_to_one_where_the_scores_dwarf_log_n():
+    """Data in huge units (x 1e12: log-joints of about -1e25, beside which log 3 vanishes in float64): tied graphs share
+    the mass, every marginal stays a probability (the plain ``log_w - logsumexp(log_w)`` gave each of 3 ties 1)."""
+    data = simulate_er(3, 1.0, 50, 10, seed=0).train * 1e12
+    exact = ExactPosterior(LinearGaussian(data))
+    assert abs(float(exact.log_prob.exp().sum()) - 1.0) < 1e-12
+    edge = exact.features()["edge"]
+    assert bool(((edge >= 0) & (edge <= 1 + 1e-12)).all()), edge

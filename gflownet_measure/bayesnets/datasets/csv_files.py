@@ -18,7 +18,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["INTERVENTION_COLUMN", "OBSERVATIONAL", "load_csv", "parse_targets", "load_data", "load_interventions"]
+__all__ = ["INTERVENTION_COLUMN", "OBSERVATIONAL", "SUM_OF_SQUARES_LIMIT", "load_csv", "parse_targets", "load_data", "load_interventions"]
+
+SUM_OF_SQUARES_LIMIT = 1e300
+"""The largest sum of squares of a column that :func:`load_csv` accepts. The models score the data through its sums of
+squares and products (the linear-Gaussian Gram matrix :math:`X^\\top X / \\sigma^2`, a Gaussian CPD's squared residuals), in
+float64, whose largest number is about 1.8e308: below 1e300, they stay finite for every noise variance a run accepts
+(``obs_var >= 1e-8``); beyond, the Cholesky factor of an infinite precision fails (a ``LinAlgError``), after the run
+has started. A single value is thus at most 1e150 in magnitude; rescale a column beyond (a smaller unit, or standardised).
+Values much smaller than that limit may still make the training's float32 loss overflow (``obs_var`` scales every
+squared residual): such a run stops at its first step with a one-line ``loss is nan``."""
 
 INTERVENTION_COLUMN = "intervention"
 OBSERVATIONAL = ("", "none", "observational")
@@ -104,7 +113,9 @@ def load_csv(path, skip: tuple[str, ...] = ()) -> tuple[Tensor, list[str]]:
 
     Every problem is a ``ValueError`` of one line naming the file and what to change: a missing file or a folder, an
     unreadable or non-UTF-8 file, another separator, a first row of numbers (no header), ragged rows, cells that are not
-    finite numbers.
+    finite numbers, a column too large to score in float64 (its squares summing past
+    :data:`~gflownet_measure.bayesnets.datasets.csv_files.SUM_OF_SQUARES_LIMIT`; the message names the column and the row).
+    A constant column is accepted (no model divides by a column's spread).
     """
     path = Path(path)
     where = repr(str(path))
@@ -153,7 +164,28 @@ def load_csv(path, skip: tuple[str, ...] = ()) -> tuple[Tensor, list[str]]:
             if math.isinf(value):
                 raise ValueError(f"load_csv: infinite cell {cell!r} in column {names[c]!r}, data row {r} of {where}")
             values[r - 1, c] = value
+    _check_magnitude(values, rows, names, where)
     return torch.from_numpy(values), names
+
+
+def _check_magnitude(values: np.ndarray, rows: list[list[str]], names: list[str], where: str) -> None:
+    """A one-line ``ValueError`` naming the first data row at which a column's squares sum past :data:`SUM_OF_SQUARES_LIMIT`."""
+    with np.errstate(over="ignore"):
+        squares = np.square(values)
+        over = ~(np.cumsum(squares, axis=0) <= SUM_OF_SQUARES_LIMIT)  # an overflow to inf counts too
+    if not over.any():
+        return
+    r, c = np.argwhere(over)[0]  # the first row, then the first column in it
+    fix = "rescale the column (a smaller unit, or standardised)"
+    if not squares[r, c] <= SUM_OF_SQUARES_LIMIT:
+        raise ValueError(
+            f"load_csv: cell {rows[r][c].strip()!r} in column {names[c]!r}, data row {r + 1} of {where} is too large to score in float64 "
+            f"(the models sum the squares of a column; each value must be at most 1e150 in magnitude): {fix}"
+        )
+    raise ValueError(
+        f"load_csv: the squares of column {names[c]!r} sum past {SUM_OF_SQUARES_LIMIT:g} at data row {r + 1} of {where}, too large to score in float64 "
+        f"(the models sum the squares of a column): {fix}"
+    )
 
 
 def _is_number(cell: str) -> bool:

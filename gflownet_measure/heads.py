@@ -25,6 +25,7 @@ the same representable points; the moved mass is at most :math:`P(u < \\text{edg
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -43,6 +44,9 @@ __all__ = [
     "BetaMixtureHead",
     "VonMisesHead",
     "VonMisesMixtureHead",
+    "SquashedHead",
+    "Saturation",
+    "SATURATION_LEVEL",
     "box_text",
     "check_head",
 ]
@@ -78,6 +82,78 @@ def _piece_text(index: int, chart) -> str:
 def _squashed(raw: Tensor, c_min: float, c_span: float) -> Tensor:
     """Concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)` of raw outputs, elementwise (same shape): every head's."""
     return c_min + c_span * torch.sigmoid(raw)
+
+
+SATURATION_LEVEL = 0.99
+"""A squashed parameter :math:`c = c_{min} + c_{span}\\,\\sigma(z)` *sits at its cap* where :math:`\\sigma(z) > 0.99`, at its
+floor where :math:`\\sigma(z) < 0.01`: within 1% of :math:`c_{span}` of the bound (:math:`|z| > \\log 99 = 4.6`).
+
+Why 1%: there :math:`dc/dz = c_{span}\\,\\sigma(1 - \\sigma) < 0.0099\\, c_{span}`, under 4% of its value at :math:`z = 0`
+(:math:`c_{span} / 4`), so the gradient that would move :math:`c` on is damped 25-fold, and a target that wants a
+value beyond the bound keeps pushing :math:`z` outwards: a parameter that has settled inside the range because the
+target asks for that value sits at :math:`|z| \\le 4.6` unless the target lies within 1% of the bound itself. A network's
+outputs at initialisation are :math:`|z| \\ll 1` (:math:`\\sigma \\approx 0.5`), nowhere near either bound."""
+
+
+class Saturation(NamedTuple):
+    """How often one squashed parameter of a head sits at a bound (:data:`SATURATION_LEVEL`) over ``states`` rows.
+
+    ``parameter`` names the output (``"alpha[0]"``, ``"kappa[1]"``, ``"beta[component 2, coordinate 0]"``), ``bound`` is
+    ``"cap"`` (:math:`c_{min} + c_{span}`) or ``"floor"`` (:math:`c_{min}`), ``value`` that bound, ``fraction`` the share of
+    the rows at which the parameter sits there."""
+
+    parameter: str
+    bound: str
+    value: float
+    fraction: float
+    states: int
+
+    def remedy(self, head: "SquashedHead") -> str:
+        """What widens the range: ``c_span`` up past a cap, ``c_min`` down past a floor."""
+        if self.bound == "cap":
+            return f"raise c_span (now {head.c_span:g}; the parameter ranges over [c_min, c_min + c_span])"
+        return f"lower c_min (now {head.c_min:g})"
+
+
+class SquashedHead(nn.Module):
+    """A head whose parameters are :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(z)` of raw outputs ``z`` (:func:`_squashed`): the
+    Beta heads' concentrations, the von Mises head's :math:`\\kappa`. Such a parameter cannot leave
+    :math:`(c_{min}, c_{min} + c_{span})`; a target that needs a sharper (or flatter) law than the bound allows trains to
+    the nearest law the head has, and to a wrong :math:`\\log Z`, without a loss that blows up. :meth:`saturation` measures
+    how often that happens, from the raw outputs of the rows a head was given; a subclass says which of its outputs are
+    squashed (:meth:`squashed`). :func:`gflownet_measure.checks.saturation.saturation_warnings` reads it for whole
+    policies (``gflownet-measure check`` and a run's evaluations warn from it)."""
+
+    c_min: float
+    c_span: float
+
+    def squashed(self, raw: Tensor) -> tuple[Tensor, tuple[str, ...]]:
+        """``(z [R, m], names)``: the ``m`` pre-activations that are squashed, out of raw outputs ``raw [R, n_params]``, and the name of each."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """The head's class and its bounds, e.g. ``BetaHead(k=1, c_min=0.1, c_span=5)``."""
+        extra = f", C={self.n_components}" if isinstance(getattr(self, "n_components", None), int) else ""
+        return f"{type(self).__name__}(k={self.k}{extra}, c_min={self.c_min:g}, c_span={self.c_span:g})"
+
+    def saturation(self, raw: Tensor, level: float = SATURATION_LEVEL) -> list[Saturation]:
+        """For every squashed parameter and each bound, the fraction of the rows of ``raw [R, n_params]`` (one per state)
+        at which it sits there: :math:`\\sigma(z) > \\text{level}` at the cap, :math:`< 1 - \\text{level}` at the floor
+        (:data:`SATURATION_LEVEL`); none for ``R = 0``."""
+        z, names = self.squashed(raw.detach().reshape(-1, raw.shape[-1]))
+        if not len(z):
+            return []
+        sig = torch.sigmoid(z.double())
+        out = []
+        for bound, value, at in (("cap", self.c_min + self.c_span, sig > level), ("floor", self.c_min, sig < 1 - level)):
+            share = at.double().mean(0).tolist()
+            out += [Saturation(name, bound, value, f, len(z)) for name, f in zip(names, share)]
+        return out
+
+
+def _indexed(name: str, k: int) -> list[str]:
+    """``name`` for one coordinate, ``name[i]`` for each of ``k``."""
+    return [name] if k == 1 else [f"{name}[{i}]" for i in range(k)]
 
 
 def _bounds(box: Box, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -257,7 +333,7 @@ class VonMisesMixture(Distribution):
         return (torch.logsumexp(torch.log_softmax(self.logits, -1) + per, -1) + self.to_angle.log()).sum(-1)
 
 
-class BetaHead(nn.Module):
+class BetaHead(SquashedHead):
     """Product of Betas on the box ``domain`` (default ``[0, 1]^k``), concentrations :math:`c_{min} + c_{span}\\,\\mathrm{sigmoid}(\\cdot)`.
 
     .. math:: q(u) = \\prod_{i=1}^k \\frac{1}{h_i - l_i}\\, \\mathrm{Beta}\\Big(\\frac{u_i - l_i}{h_i - l_i}; \\alpha_i, \\beta_i\\Big),\\quad \\alpha_i, \\beta_i \\in [c_{min}, c_{min} + c_{span}]
@@ -283,6 +359,10 @@ class BetaHead(nn.Module):
 
     def _concentrations(self, raw: Tensor) -> Tensor:
         return _squashed(raw, self.c_min, self.c_span)
+
+    def squashed(self, raw: Tensor) -> tuple[Tensor, tuple[str, ...]]:
+        """Every output is squashed: ``alpha`` of each coordinate, then ``beta``."""
+        return raw, tuple(_indexed("alpha", self.k) + _indexed("beta", self.k))
 
     def _on_domain(self, q: Distribution, raw: Tensor) -> Distribution:
         """``q`` (a law on ``[0, 1]^k``) itself on the unit box, else :class:`Rescaled` onto ``domain``."""
@@ -310,6 +390,12 @@ class BetaMixtureHead(BetaHead):
     def n_params(self) -> int:
         return self.n_components * (1 + 2 * self.k)
 
+    def squashed(self, raw: Tensor) -> tuple[Tensor, tuple[str, ...]]:
+        """The ``2 k C`` concentrations after the ``C`` logits (alpha then beta, component-major)."""
+        C, k = self.n_components, self.k
+        names = [f"{ab}[component {j}{f', coordinate {i}' if k > 1 else ''}]" for ab in ("alpha", "beta") for j in range(C) for i in range(k)]
+        return raw[..., C:], tuple(names)
+
     def forward(self, raw: Tensor) -> Distribution:
         C = self.n_components
         logits, conc = raw[..., :C], raw[..., C:]
@@ -317,7 +403,7 @@ class BetaMixtureHead(BetaHead):
         return self._on_domain(BetaMixture(logits, self._concentrations(pairs), self.edge), raw)
 
 
-class VonMisesHead(nn.Module):
+class VonMisesHead(SquashedHead):
     """Von Mises angles wrapped onto the box ``domain``, one period per coordinate: the head of a periodic chart (a circle, a torus).
 
     .. math:: q(u) = \\prod_{i=1}^k \\frac{2\\pi}{T_i}\\, \\mathrm{vM}\\Big(\\frac{2\\pi (u_i - l_i)}{T_i}; \\mu_i, \\kappa_i\\Big),
@@ -342,6 +428,10 @@ class VonMisesHead(nn.Module):
     @property
     def n_params(self) -> int:
         return 2 * self.k
+
+    def squashed(self, raw: Tensor) -> tuple[Tensor, tuple[str, ...]]:
+        """The ``k`` concentration pre-activations after the ``k`` locations (which are not squashed)."""
+        return raw[..., self.k :], tuple(_indexed("kappa", self.k))
 
     def forward(self, raw: Tensor) -> WrappedVonMises:
         loc, pre = raw.chunk(2, -1)  # [..., 2k] -> mu, kappa pre-activations [..., k]

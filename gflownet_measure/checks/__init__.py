@@ -20,6 +20,10 @@ eq. 7  absorbed within N               :func:`check_finite_absorption`          
 eq. 15, 16  P_F, P_B integrate to 1    :func:`check_normalised`                      against the graph's kernels, by quadrature (<= 3 coordinates) or importance sampling
 =====================================  ============================================  ===================================================================
 
+Beside the rows, :attr:`Report.warnings`: a head of ``pf`` or ``pb`` whose squashed parameters sit at their cap (or
+floor) at most of the states sampled from nu (:mod:`.saturation`) gets a ``WARNING:`` line naming the head, the parameter,
+the fraction of states and the remedy (raise ``c_span``); a warning never fails the report.
+
 The shapes row runs first: a log-reward ``[B, 1]`` instead of ``[B]``, atoms of the wrong width, a policy whose ``n_in``
 is not the width of ``encode`` or a NaN reward FAIL there in one line (the object, what it returned, what is expected), and
 the other rows are *not run* (:attr:`CheckResult.skipped`): a wrong shape would otherwise make them fail, or pass, for no
@@ -47,10 +51,11 @@ from ..densities import Policy
 from ..graph import PointedGraph
 from .continuity import check_continuity
 from .encoding import check_encoding
-from .integration import EXACT_RTOL, METHODS, Z_SCORE, integrate
+from .integration import EXACT_RTOL, METHODS, Z_SCORE, integrate, nu_states
 from .normalisation import FIT_DRAWS, PROPOSAL_WIDENING, check_normalised
 from .results import CONDITIONS, POWER, CheckResult, Report
 from .reversibility import check_reversibility
+from .saturation import SATURATED_FRACTION, saturation_warnings
 from .shapes import check_contracts, probe_contracts
 from .structure import check_absorbing_sink, check_finite_absorption, check_reachability, check_sink_mass, check_source_has_no_parent
 from .support import check_charts, check_support
@@ -81,6 +86,8 @@ __all__ = [
     "check_sink_mass",
     "check_finite_absorption",
     "check_normalised",
+    "saturation_warnings",
+    "SATURATED_FRACTION",
 ]
 
 
@@ -135,10 +142,24 @@ def check_graph(
     try:
         contracts = _guarded(CONDITIONS["contracts"], lambda: check_contracts(graph, {"P_F": pf, "P_B": pb}, n))
         torch.manual_seed(seed)  # the other rows draw what they drew before the shapes row existed
+        warned: tuple[str, ...] = ()
         if contracts.passed:
             results = tuple(_guarded(condition, check) for condition, check in rows)
+            warned = _head_warnings(graph, pf, pb, n)  # after the rows: their draws are those of a check without it
         else:
             results = tuple(CheckResult(condition, float("nan"), 0.0, False, NOT_RUN, skipped=True) for condition, _ in rows)
     finally:
         torch.set_rng_state(state)
-    return Report(graph.name, (contracts, *results))
+    return Report(graph.name, (contracts, *results), warned)
+
+
+def _head_warnings(graph: PointedGraph, pf: Policy | None, pb: Policy | None, n: int) -> tuple[str, ...]:
+    """The report's ``WARNING:`` lines: heads of ``pf`` and ``pb`` at their cap at most of the states of nu the pointwise
+    rows run on (:func:`~.saturation.saturation_warnings`); none where the states cannot be drawn (a row says why)."""
+    if pf is None and pb is None:
+        return ()
+    try:
+        states = nu_states(graph, n)
+    except (ValueError, RuntimeError):
+        return ()
+    return tuple(w.message for w in saturation_warnings({"P_F": pf, "P_B": pb}, states, "sampled from nu"))

@@ -77,10 +77,13 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Report:
-    """The :class:`CheckResult` of every condition checked on ``graph`` (its name)."""
+    """The :class:`CheckResult` of every condition checked on ``graph`` (its name), and ``warnings``: lines about the
+    policies that are no condition of the theory (a head whose parameters sit at their cap,
+    :mod:`~gflownet_measure.checks.saturation`), printed as ``WARNING:`` lines; they never change :attr:`passed`."""
 
     graph: str
     results: tuple[CheckResult, ...]
+    warnings: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -96,6 +99,7 @@ class Report:
         lines = [f"theory checks for {self.graph}", f"{'condition':<{w}}  {'estimate':>11}  {'tolerance':>11}  result"]
         for r in self.results:
             lines.append(f"{r.condition:<{w}}  {r.estimate:>11.3g}  {r.tolerance:>11.3g}  {r.verdict}  {r.detail}")
+        lines += [f"WARNING: {line}" for line in self.warnings]
         if self.passed:
             lines.append("all conditions hold")
         elif any(r.verdict == "FAIL" for r in self.results):

@@ -27,12 +27,42 @@ from ..sampled import SampledMeasure
 from .integration import STATE_BUDGET, broadcast, draw_on, nu_states, terminal_states
 from .results import CONDITIONS, CheckResult
 
-__all__ = ["MOVES_PER_PIECE", "Moves", "moves", "component_name", "check_support", "check_charts"]
+__all__ = [
+    "MOVES_PER_PIECE",
+    "MOVES_PER_KIND",
+    "MOVE_BUDGET",
+    "Moves",
+    "moves",
+    "moves_per_state",
+    "state_kinds",
+    "component_name",
+    "check_support",
+    "check_charts",
+]
 
 MOVES_PER_PIECE = 4
-"""Random coordinates drawn on each piece present at a state (every atom is tested): with up to 2048 states, a piece
+"""Random coordinates drawn at least on each piece present at a state (every atom is tested): with up to 2048 states, a piece
 whose reverse misses a fraction ``p`` of it shows ``8192 p`` failures on average (a circle's backward arc without
-``period`` misses about half)."""
+``period`` misses about half). The chart row draws this many; the support row at least this many, and more where a
+kind of state is rare (:data:`MOVES_PER_KIND`)."""
+
+MOVES_PER_KIND = 256
+"""Random moves the support row draws on each kernel piece from each *kind* of state (:func:`state_kinds`: :math:`s_0`,
+each atom of :math:`\\nu`, the states drawn from each piece of :math:`\\nu`), however few states of that kind were drawn.
+
+Without it a kind met once (:math:`s_0`, an atom ``(k, #)`` of a hybrid space) had :data:`MOVES_PER_PIECE` = 4 moves per
+piece: a move from :math:`s_0` that overshoots :math:`\\nu` on a fraction ``p`` of its range went unseen with probability
+:math:`(1 - p)^4` (0.32 for a radius 4/3 too long, ``p = 1/4``; 0.82 for 5% too long, ``p = 1/21``; issue 64). With
+:math:`m = 256` draws per kind the miss probability is :math:`(1 - p)^{256}`: 2.0e-6 at ``p = 0.05``, 3.8e-6 at
+``p = 1/21``, 0.076 at ``p = 0.01``. The draws are uniform on a bounded chart box (:func:`~.integration.draw_on`), so
+``p`` is the fraction of the chart's coordinates whose move leaves :math:`\\nu`."""
+
+MOVE_BUDGET = 2**14
+"""Moves per kernel piece above :data:`MOVES_PER_PIECE` per state that :data:`MOVES_PER_KIND` may add: up to 64 kinds
+with the piece get 256 moves each; beyond (many atoms of :math:`\\nu` with a continuous move, e.g. DAGs with parameters)
+each of ``G`` kinds gets ``MOVE_BUDGET / G`` (at least :data:`MOVES_PER_PIECE` per state), so that the row costs at
+most ``16384 + 4 B`` reverse-kernel memberships per piece. There a systematic overshoot, met at every kind, is still
+seen with probability :math:`1 - (1 - p)^{16384}`; one confined to a single atom with :math:`1 - (1 - p)^{16384 / G}`."""
 
 
 class Moves(NamedTuple):
@@ -45,13 +75,30 @@ class Moves(NamedTuple):
     component: Tensor
 
 
-def moves(measure: Measure, per_piece: int = MOVES_PER_PIECE) -> Moves:
-    """Every present atom of ``measure`` (a kernel at ``B`` states) and ``per_piece`` random points (:func:`~.integration.draw_on`) on each present piece."""
+def moves_per_state(kind: Tensor, floor: int = MOVES_PER_PIECE, per_kind: int = MOVES_PER_KIND, budget: int = MOVE_BUDGET) -> Tensor:
+    """``[R]`` long: how many random moves to draw at each of ``R`` states of kinds ``kind [R]`` (any labels) on one piece.
+
+    A kind met at :math:`n_g` of the states gets :math:`\\lceil m / n_g \\rceil` moves at each, at least ``floor``, so
+    :math:`m = \\min(\\text{per\\_kind}, \\lfloor \\text{budget} / G \\rfloor)` or more in all for each of the ``G`` kinds
+    (:data:`MOVES_PER_KIND`, :data:`MOVE_BUDGET`)."""
+    if not len(kind):
+        return torch.zeros(0, dtype=torch.long)
+    _, inverse, counts = kind.unique(return_inverse=True, return_counts=True)
+    share = max(1, min(per_kind, budget // len(counts)))
+    return ((share + counts - 1) // counts).clamp(min=floor)[inverse]
+
+
+def moves(measure: Measure, per_piece: int = MOVES_PER_PIECE, kind: Tensor | None = None) -> Moves:
+    """Every present atom of ``measure`` (a kernel at ``B`` states) and ``per_piece`` random points (:func:`~.integration.draw_on`) on each present piece;
+    given the kinds ``kind [B]`` of the states (:func:`state_kinds`), at least :data:`MOVES_PER_KIND` points per piece
+    from each kind (:func:`moves_per_state`, ``per_piece`` the least at a state)."""
     a = measure.atoms
     rows, k = a.mask.nonzero(as_tuple=True)
     origin, xs, sinks, comps = [rows], [a.x[rows, k]], [a.sink[rows, k]], [k]
     for c, p in enumerate(measure.pieces):
-        on = p.mask.nonzero()[:, 0].repeat_interleave(per_piece)
+        present = p.mask.nonzero()[:, 0]
+        count = per_piece if kind is None else moves_per_state(kind[present.cpu()], per_piece).to(present.device)
+        on = present.repeat_interleave(count)
         u = draw_on(p.chart, p.context[on])
         origin.append(on)
         xs.append(p.chart.forward(p.context[on], u).to(a.x.dtype))
@@ -108,6 +155,28 @@ def _in_nu(graph: PointedGraph, x: Tensor) -> tuple[Tensor, Tensor]:
     return held, written
 
 
+def state_kinds(graph: PointedGraph, s: Tensor) -> Tensor:
+    """``[B]`` long: the kind of each state ``s [B, D]`` for the support row's draws (:data:`MOVES_PER_KIND`).
+
+    0 for :math:`s_0`; ``1 + a`` for atom ``a`` of :math:`\\nu` (each a kind of its own: an inner atom ``(k, #)``, a
+    state next to the sink); ``1 + A + c`` for the states on piece ``c`` of :math:`\\nu` (``A`` atoms), -1 for those
+    in none. A sampled :math:`\\nu` (:class:`~gflownet_measure.sampled.SampledMeasure`) has no components to tell apart:
+    its states other than :math:`s_0` are one kind, -1."""
+    kind = torch.full((len(s),), -1, dtype=torch.long)
+    if isinstance(graph.nu, Measure) and len(s):
+        a = graph.nu.atoms
+        atoms = a.x[0][a.mask[0] & ~a.sink[0]]
+        if len(atoms):
+            at = index_of(atoms, s).cpu()
+            kind = torch.where(at >= 0, 1 + at, kind)
+        if graph.nu.pieces:
+            rest = (kind < 0).nonzero()[:, 0]
+            pieces = broadcast(Measure(Atoms.empty(1, s.shape[1], a.x.dtype), graph.nu.pieces), len(rest))
+            comp = pieces.point_of(s[rest].to(graph.source.dtype), torch.zeros(len(rest), dtype=torch.bool)).comp.cpu()
+            kind[rest] = torch.where(comp >= 0, 1 + len(atoms) + comp, -1)
+    return torch.where(graph.is_source(s).cpu(), 0, kind)
+
+
 class _Finding(NamedTuple):
     """One kind of violation: how many of how many moves, and a message locating the first."""
 
@@ -133,11 +202,11 @@ _HINT_ROUNDOFF = (
 )
 
 
-def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel, forward: bool) -> list[_Finding]:
-    """Moves of ``kernel`` at states ``s`` (not into the sink): their origin lies in the support of ``reverse`` at
-    their target, and their target in the support of :math:`\\nu`."""
+def _reversible(graph: PointedGraph, s: Tensor, kernel: Kernel, reverse: Kernel, forward: bool, kind: Tensor | None = None) -> list[_Finding]:
+    """Moves of ``kernel`` at states ``s`` (not into the sink), at least :data:`MOVES_PER_KIND` per piece from each
+    ``kind`` of state: their origin lies in the support of ``reverse`` at their target, and their target in the support of :math:`\\nu`."""
     measure = kernel(s)
-    mv = moves(measure)
+    mv = moves(measure, kind=kind)
     keep = ~mv.sink
     origin, x, comp = mv.origin[keep], mv.x[keep], mv.component[keep]
     o = s[origin]
@@ -217,11 +286,19 @@ def check_support(graph: PointedGraph, n: int) -> CheckResult:
     from ``graph.terminal`` has the sink atom. The estimate counts the violations; the detail locates the first. Where
     :math:`\\nu` or the terminal measure is a :class:`~gflownet_measure.sampled.SampledMeasure`, states are drawn by its
     rule and membership is its ``contains``.
+
+    Moves: every atom, and on each piece of a kernel at least :data:`MOVES_PER_PIECE` = 4 random points per state and
+    :math:`m` = :data:`MOVES_PER_KIND` = 256 per kind of state (:func:`state_kinds`: :math:`s_0`, each atom of
+    :math:`\\nu`, the states of each piece of :math:`\\nu`), forward and backward alike. A piece whose moves leave
+    :math:`\\nu` (or have no reverse) on a fraction :math:`p` of its chart box, at the states of one kind, passes with
+    probability at most :math:`(1 - p)^{256}`: 2.0e-6 for :math:`p = 0.05`, where 4 draws at :math:`s_0` missed it with
+    probability 0.81. Beyond 64 kinds with a piece the extra draws share :data:`MOVE_BUDGET`.
     """
     s = nu_states(graph, n)
-    findings = _reversible(graph, s, graph.kappa, graph.kappa_b, True)
-    parents = s[~graph.kappa_b(s).is_zero()]
-    findings += _reversible(graph, parents, graph.kappa_b, graph.kappa, False)
+    kind = state_kinds(graph, s)
+    findings = _reversible(graph, s, graph.kappa, graph.kappa_b, True, kind)
+    has_parent = ~graph.kappa_b(s).is_zero()
+    findings += _reversible(graph, s[has_parent], graph.kappa_b, graph.kappa, False, kind[has_parent.cpu()])
     findings += _sink_moves(graph, s, terminal_states(graph, n))
     bad = sum(f.bad for f in findings)
     fw, bw, stop, term = (findings[i].total for i in (0, 2, 4, 5))

@@ -63,6 +63,14 @@ def _sections(presets: dict[str, dict], settings: dict[str, Setting]) -> list[st
     return [*rows, "", "## Settings", "", *setting_rows(settings), ""]
 
 
+def _revisable(names: tuple[str, ...]) -> list[str]:
+    """The sentence naming the settings a resume may change (evaluation alone reads them), where there are any."""
+    if not names:
+        return []
+    listed = ", ".join(f"`{k}`" for k in names)
+    return [f"A run that failed after training is finished with other values of {listed}, which evaluation alone reads:", "`--resume --set KEY=VALUE`.", ""]
+
+
 def experiment_page(name: str) -> str:
     """The page of experiment ``name``: how to run it, the module that writes its run folder (what ``samples.npz`` and
     ``metrics.json`` hold is in that module's docstring), its presets (the settings each changes) and every setting."""
@@ -76,6 +84,7 @@ def experiment_page(name: str) -> str:
         f"Run: `gflownet-measure run {name} --preset PRESET --set KEY=VALUE ...` (the default preset is `quick`). The run",
         f"and what its folder holds: {{py:mod}}`{module}`.",
         "",
+        *_revisable(exp.evaluation_settings),
         *_sections(exp.presets, exp.settings),
     ]
     return "\n".join(lines)

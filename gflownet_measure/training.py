@@ -20,7 +20,7 @@ import time
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Callable, Mapping, cast
+from typing import Callable, Mapping, Sequence, cast
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ __all__ = [
     "CheckpointError",
     "HistoryError",
     "read_history",
+    "evaluation_before_end",
     "CHECKPOINTS",
     "TRUST_CHECKPOINTS",
     "has_checkpoint",
@@ -243,19 +244,34 @@ def seeded_generator(seed: int) -> torch.Generator:
 
 
 def make_optimizer(
-    model: nn.Module, lr: float, lr_logZ: float, lr_flow: float | None = None, lr_backward: float | None = None, lr_modules: Mapping[str, float] | None = None
+    model: nn.Module,
+    lr: float,
+    lr_logZ: float,
+    lr_flow: float | None = None,
+    lr_backward: float | None = None,
+    lr_modules: Sequence[tuple[nn.Module | nn.Parameter, float]] = (),
 ) -> torch.optim.Adam:
-    """Adam with separate groups: ``log_Z`` at ``lr_logZ``, a state-flow network ``log_F`` at ``lr_flow`` (default ``lr``),
-    with ``lr_backward`` a learned backward policy ``pb`` at that rate (default: in the policy group), with ``lr_modules``
-    (parameter-name prefix -> rate, e.g. ``{"pf.network.theta_head.": 1e-3}``) any other module at its own rate; the
-    rest at ``lr``. A parameter joins the group of the first prefix it starts with."""
-    rates = {"log_F.": lr if lr_flow is None else lr_flow, **({} if lr_backward is None else {"pb.": lr_backward}), **(lr_modules or {})}
-    groups: dict[str, list] = {"policy": [], "log_Z": [], **{prefix: [] for prefix in rates}}
-    for name, p in model.named_parameters():
-        groups["log_Z" if name == "log_Z" else next((prefix for prefix in rates if name.startswith(prefix)), "policy")].append(p)
-    lrs = {"policy": lr, "log_Z": lr_logZ, **rates}
+    """Adam with separate groups: ``log_Z`` at ``lr_logZ``, a state-flow network ``model.log_F`` at ``lr_flow``
+    (default ``lr``), with ``lr_backward`` a learned backward policy ``model.pb`` at that rate (default: in the policy
+    group), with ``lr_modules`` other parts of ``model`` (a submodule or a parameter, e.g.
+    ``[(gfn.pf.network.theta_head, 1e-3)]``) each at its own rate; the rest at ``lr``. A parameter joins the group of the
+    first part its qualified name falls under (a layer shared with another module counts where ``model`` names it),
+    and each group is named by its part's qualified name. A part that is not in ``model`` is a ``ValueError``."""
+    names = {id(m): name for name, m in model.named_modules()} | {id(p): name for name, p in model.named_parameters()}
+    own = [(part, lr if lr_flow is None else lr_flow) for part in [getattr(model, "log_F", None)] if isinstance(part, nn.Module)]
+    own += [(part, lr_backward) for part in [getattr(model, "pb", None)] if isinstance(part, nn.Module) and lr_backward is not None]
+    groups: dict[str, list] = {"policy": [], "log_Z": []}
+    lrs = {"policy": lr, "log_Z": lr_logZ}
+    for part, rate in [*own, *lr_modules]:
+        if id(part) not in names:
+            raise ValueError(f"make_optimizer: a {type(part).__name__} given a rate of its own is not a part of the {type(model).__name__} trained")
+        groups.setdefault(names[id(part)], [])
+        lrs.setdefault(names[id(part)], rate)
+    parts = list(groups)[2:]
+    for name, p in model.named_parameters():  # a weight shared by two parts is named once, under the part that owns it
+        groups["log_Z" if name == "log_Z" else next((k for k in parts if name == k or name.startswith(k + ".")), "policy")].append(p)
     return torch.optim.Adam(
-        [{"params": v, "lr": lrs[k], "name": k.rstrip(".")} for k, v in groups.items() if v], fused=True
+        [{"params": v, "lr": lrs[k], "name": k} for k, v in groups.items() if v], fused=True
     )  # one kernel for all tensors: 3.6x faster steps on CPU
 
 
@@ -304,6 +320,12 @@ class Trainer:
             checkpointed), or ``None``.
         on_row: called with each history row once it is appended to ``history.jsonl`` (rank 0 alone), e.g. to send it
             to TensorBoard, or ``None``.
+        revised: the names of evaluation settings that differ from those the checkpoints were trained with (a run
+            finished with other evaluation settings, ``--resume --set``). An evaluation draws from the run's random
+            stream, so the updates after it depend on its settings: a resume with ``revised`` is refused
+            (:class:`CheckpointError`) unless no evaluation lies between its checkpoint and the last step
+            (:func:`evaluation_before_end`); then every update replays as trained, and only the last evaluation and
+            the metrics after it see the new values.
 
     Each checkpoint is written to a temporary file and renamed into place; the one before it is kept as
     ``checkpoint.prev.pt``, so a resume falls back to it when the last one cannot be used (a truncated or damaged file,
@@ -332,6 +354,7 @@ class Trainer:
         run_id: dict | None = None,
         average: WeightAverage | None = None,
         on_row: Callable[[dict], None] | None = None,
+        revised: tuple[str, ...] = (),
     ):
         self.model, self.optimizer, self.scheduler, self.average = model, optimizer, scheduler, average
         self.step_fn, self.evaluate = step_fn, evaluate
@@ -342,6 +365,7 @@ class Trainer:
         self.history_path = self.out_dir / "history.jsonl"
         self.seed = self.run_id.get("seed", 0) if isinstance(self.run_id, dict) else 0  # the replicas' streams derive from it
         self.on_row = on_row
+        self.revised = revised
 
     def _non_finite(self, state: Mapping[str, Tensor] | None = None) -> list[str]:
         """The names of the parameters of ``model`` that hold a NaN or an infinity, in the model or in its saved ``state``."""
@@ -452,6 +476,12 @@ class Trainer:
         norm or weight (checked after every update), keeping the last checkpoint, saved at a step before."""
         rank, size = world()
         start, seconds = self._restore() if resume else (0, 0.0)
+        later = evaluation_before_end(start, self.steps, self.eval_every)
+        if self.revised and later is not None:
+            raise CheckpointError(
+                f"--resume --set {', '.join(self.revised)}: the last checkpoint in {self.out_dir} is at step {start}, and the evaluation at step {later}"
+                " comes before the end: its draws steer the updates after it, so another value would train another model; start the run afresh with these settings (--overwrite)"
+            )
         if not resume:
             if size > 1:
                 seed_everything(replica_seed(self.seed, rank))
@@ -493,6 +523,13 @@ class Trainer:
         if rank > 0:
             raise ReplicaFinished(f"replica {rank} of {size} finished {self.steps} updates; rank 0 evaluates and writes {self.out_dir}")
         return read_history(self.history_path)
+
+
+def evaluation_before_end(step: int, steps: int, eval_every: int) -> int | None:
+    """The first evaluation after ``step`` that comes before the last step ``steps`` (a multiple of ``eval_every``
+    strictly between them), or ``None`` when only the last step's is left."""
+    after = (step // eval_every + 1) * eval_every
+    return after if after < steps else None
 
 
 def read_history(path: Path) -> list[dict]:

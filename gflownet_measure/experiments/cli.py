@@ -36,7 +36,7 @@ from . import EXPERIMENTS, get_experiment
 from .common import WallClock, run_id, write_json
 from .launch import launch_replicas
 from .memory import require_memory
-from .registry import RunContext
+from .registry import Experiment, RunContext
 from .run_folder import RunFolder, load_run_config, refuse_table_run
 from .settings import ConfigError, build, parse_assignments, resolve
 from .user_run import user_experiment
@@ -156,18 +156,38 @@ def _saved_run(out: Path, name: str) -> dict:
     return saved
 
 
+def _revised_settings(exp: Experiment, saved: dict, changes: dict, trained_before: bool) -> tuple[dict, dict]:
+    """The settings a resume runs with (the saved ones, ``changes`` applied) and, where they differ, those its training
+    ran with (``trained_with`` of ``config.json``, kept across resumes; none where ``trained_before`` is false: no
+    checkpoint yet, so the training starts with the new values). Only ``exp.evaluation_settings`` may change: any other
+    setting changes the model, which a checkpoint of this run does not hold."""
+    before = resolve(exp.settings, saved["settings"])
+    cfg = resolve(exp.settings, saved["settings"], changes)
+    fixed = [k for k in cfg if cfg[k] != before[k] and k not in exp.evaluation_settings]
+    if fixed:
+        valid = ", ".join(exp.evaluation_settings) or f"none ({exp.name} has no setting that evaluation alone reads)"
+        raise ConfigError(
+            f"--resume --set {fixed[0]}: a resume changes only settings that evaluation alone reads, not {', '.join(fixed)}; valid: {valid}"
+            " (start a new run for other settings)"
+        )
+    trained = saved.get("trained_with", {})
+    if not isinstance(trained, dict) or set(trained) - set(exp.evaluation_settings):
+        raise ConfigError(
+            f"--resume: config.json's trained_with is {json.dumps(trained)}; valid: an object of {', '.join(exp.evaluation_settings) or 'no'} settings"
+        )
+    first = resolve(exp.settings, saved["settings"], trained)
+    return cfg, {k: first[k] for k in exp.evaluation_settings if first[k] != cfg[k]} if trained_before else {}
+
+
 def cmd_run(args) -> int:
     """One run; under ``torchrun`` (or ``--world-size N``, which launches it) one replica of a data-parallel run."""
     exp = user_experiment(args.name) if ":" in args.name else get_experiment(args.name)
     if args.out == "":
         raise ConfigError("--out '' names no folder; give a run folder, e.g. --out runs/my-run")
     out = None if args.out is None else Path(args.out)
+    revisions: dict = {}
     if args.resume:
-        given = [
-            flag
-            for flag, value in (("--preset", args.preset), ("--seed", args.seed), ("--device", args.device), ("--set", args.assignments or None))
-            if value is not None
-        ]
+        given = [flag for flag, value in (("--preset", args.preset), ("--seed", args.seed), ("--device", args.device)) if value is not None]
         if args.overwrite:
             given.append("--overwrite")
         if given:
@@ -177,8 +197,11 @@ def cmd_run(args) -> int:
         if out is None:
             raise ConfigError("--resume needs --out, the folder of the run to continue")
         saved = _saved_run(out, exp.name)
-        cfg, seed, device, preset = resolve(exp.settings, saved["settings"]), saved["seed"], saved.get("device", "cpu"), saved.get("preset")
+        seed, device, preset = saved["seed"], saved.get("device", "cpu"), saved.get("preset")
+        cfg, trained = _revised_settings(exp, saved, parse_assignments(_flatten(args.assignments)), has_checkpoint(out))
+        revisions = {"settings": cfg, "trained_with": trained} if args.assignments else {}
     else:
+        trained = {}
         preset, seed, device = (getattr(args, k) if getattr(args, k) is not None else v for k, v in DEFAULTS.items())
         if preset not in exp.presets:
             raise ConfigError(f"unknown preset {preset!r} for {exp.name}; valid: {', '.join(exp.presets)}")
@@ -203,7 +226,9 @@ def cmd_run(args) -> int:
         if rank == 0:  # the folder is rank 0's: lock, checks, config.json; the other replicas wait for its verdict
             try:
                 stack.enter_context(RunFolder(out, exp.name, resume=args.resume, overwrite=args.overwrite))
-                if not args.resume:
+                if revisions:  # the folder says which settings made its metrics, and which its training
+                    write_json(out / "config.json", load_run_config(out / "config.json") | revisions)
+                elif not args.resume:
                     write_json(
                         out / "config.json",
                         {
@@ -222,13 +247,14 @@ def cmd_run(args) -> int:
         if error is not None:
             raise ConfigError(error)
         resume = args.resume and (exp.multi_run or has_checkpoint(out))
+        identity, revised = run_id({**cfg, **trained}, seed), tuple(trained) if resume else ()
         if args.resume and not resume and rank == 0:
             print(f"{PROG}: {out} has no checkpoint yet (the run stopped before its first): training it from the start", file=sys.stderr)
         seed_everything(seed)
         use_device(device)
         try:
             with WallClock(out, resume) if rank == 0 else contextlib.nullcontext() as clock:
-                metrics = exp.run(exp.typed(cfg), RunContext(out, resume, seed, run_id(cfg, seed)))
+                metrics = exp.run(exp.typed(cfg), RunContext(out, resume, seed, identity, revised))
         except ReplicaFinished:
             return 0
         except KeyboardInterrupt:

@@ -6,6 +6,7 @@ Every file of a run folder is written through :mod:`gflownet_measure.run_files` 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -19,15 +20,16 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
 
-from gflownet_measure.checks import probe_contracts
+from gflownet_measure.checks import probe_contracts, saturation_warnings
 from gflownet_measure.contract_error import ContractError
 from gflownet_measure.densities import Policy
 from gflownet_measure.graph import PointedGraph
+from gflownet_measure.heads import SquashedHead
 from gflownet_measure.metrics import log_weight_summary, log_weights, log_z_bounds
 from gflownet_measure.objectives import GFlowNet, Objective
 from gflownet_measure.options import check_options, option, settings_of
@@ -54,6 +56,7 @@ __all__ = [
     "run_many",
     "make_scheduler",
     "train_gflownet",
+    "watch_saturation",
     "configure",
     "learned_log_Z",
     "final_samples",
@@ -268,7 +271,8 @@ class WallClock:
 
     def _tick(self) -> None:
         while not self._stop.wait(self._every):
-            self._write()
+            with contextlib.suppress(OSError):  # a full disk: tried again at the next tick, and on exit, where it is raised (naming the file)
+                self._write()
 
     def __enter__(self) -> "WallClock":
         self._t0 = time.perf_counter()
@@ -276,10 +280,14 @@ class WallClock:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self._write()
+        if kind is None:
+            self._write()
+        else:  # the run's own error is the one to report (a full disk: the file the run was writing)
+            with contextlib.suppress(OSError):
+                self._write()
 
 
 class TensorBoardRows:
@@ -365,16 +373,16 @@ def train_gflownet(
     graph: PointedGraph,
     objective: Objective,
     training: TrainingConfig,
-    identity: dict,
-    out: Path,
-    resume: bool,
+    context: RunContext,
     evaluate: Callable[[], dict],
     batches: Callable[[int], object] | None = None,
     average: WeightAverage | None = None,
-    lr_modules: Mapping[str, float] | None = None,
+    lr_modules: Sequence[tuple[nn.Module | nn.Parameter, float]] = (),
 ) -> list[dict]:
     """Train ``gfn`` with ``objective`` (its hyper-parameters set: :func:`configure`) as ``training`` says, with the shared
-    optimiser, schedule, clipping and checkpoints; ``identity`` is what the checkpoints record of the run (:func:`run_id`).
+    optimiser, schedule, clipping and checkpoints, in the folder ``context.out`` (continuing its checkpoint where
+    ``context.resume``); ``context.identity`` is what the checkpoints record of the run (:func:`run_id`), ``context.revised``
+    the evaluation settings a resume changed (:class:`~gflownet_measure.training.Trainer`'s ``revised``).
 
     ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
     ``"trajectories"`` the default is ``objective.sample``: ``training.batch_size`` fresh trajectories with
@@ -384,8 +392,8 @@ def train_gflownet(
 
     ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and
     checkpointed (:class:`~gflownet_measure.training.Trainer`). log Z trains at ``training.lr_logZ``, a state flow at
-    ``training.lr_flow``, a learned P_B at ``training.lr_backward`` where it is not 0 (else at ``lr``); ``lr_modules``
-    (parameter-name prefix -> rate) other modules of ``gfn`` at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
+    ``training.lr_flow``, a learned P_B at ``training.lr_backward`` where it is not 0 (else at ``lr``); ``lr_modules``:
+    (part of ``gfn``, rate) pairs, parts at their own rates (:func:`~gflownet_measure.training.make_optimizer`).
 
     Before anything else, the shape contracts of ``graph``, ``gfn.pf``, ``gfn.pb`` and ``gfn.log_F`` are probed at a few
     states (:data:`CONTRACT_STATES`; :class:`~gflownet_measure.contract_error.ContractError`, one line, where one fails).
@@ -395,7 +403,11 @@ def train_gflownet(
 
     ``training.logger == "tensorboard"``: the history's rows also go to TensorBoard event files in ``out/tensorboard/``
     (:class:`TensorBoardRows`), closed when training ends, however it ends.
+
+    Each evaluation also looks for heads whose squashed parameters sit at their cap (:func:`watch_saturation`): a
+    ``warnings.warn`` per such head, once a run.
     """
+    out = context.out
     with torch.random.fork_rng():  # the probe's draws leave the run's random stream as it was
         probe_contracts(graph, {"P_F": gfn.pf, "P_B": gfn.pb, "log_F": gfn.log_F}, CONTRACT_STATES)
     if batches is None:
@@ -425,21 +437,59 @@ def train_gflownet(
         optimizer,
         make_scheduler(optimizer, training),
         step_fn,
-        evaluate,
+        watch_saturation(evaluate, graph, gfn),
         out,
         training.steps,
         training.eval_every,
         training.batch_size,
         training.grad_clip,
-        identity,
+        context.identity,
         average,
         on_row=rows,
+        revised=context.revised,
     )
     try:
-        return trainer.run(resume)
+        return trainer.run(context.resume)
     finally:
         if rows is not None:
             rows.close()
+
+
+SATURATION_TRAJECTORIES = 64
+"""On-policy trajectories whose states :func:`watch_saturation` evaluates the heads at, after each evaluation."""
+
+
+def watch_saturation(evaluate: Callable[[], dict], graph: PointedGraph, gfn: GFlowNet) -> Callable[[], dict]:
+    """``evaluate``, followed at each evaluation by a look at the squashed heads of ``gfn.pf`` and ``gfn.pb``
+    (:func:`~gflownet_measure.checks.saturation.saturation_warnings`) at the states of :data:`SATURATION_TRAJECTORIES`
+    fresh trajectories of P_F: a head whose parameter sits at its cap at most of the states it is used at trains to the
+    nearest law it has and a wrong log Z, without an error, so ``warnings.warn`` says which head, which parameter, how
+    often and the remedy (raise ``c_span``): the line ``gflownet-measure check`` prints, once a run per head and bound.
+
+    A head starts far from its bounds (network outputs near 0), so the look is repeated at every evaluation until each
+    head has warned, not only at the first. Its draws come from a forked random stream (the run's stream, and so its
+    updates, are those of a run without it), and it never stops a run: a rollout that raises here is skipped (the
+    evaluation itself has just rolled out). ``evaluate`` itself where neither policy has a squashed head."""
+    policies = {"P_F": gfn.pf, "P_B": gfn.pb}
+    if not any(isinstance(m, SquashedHead) for p in policies.values() for m in p.modules()):
+        return evaluate
+    warned: set[tuple[str, str]] = set()
+
+    def evaluate_and_watch() -> dict:
+        row = evaluate()
+        try:
+            with torch.random.fork_rng(), torch.no_grad():
+                traj = sample_forward(graph, gfn.pf, SATURATION_TRAJECTORIES)
+                states = traj.states[:-1][traj.mask]
+        except Exception:  # a diagnostic: the run's own evaluation and updates report real errors
+            return row
+        for found in saturation_warnings(policies, states, f"visited by {SATURATION_TRAJECTORIES} trajectories of P_F"):
+            if (found.head, found.bound) not in warned:
+                warned.add((found.head, found.bound))
+                warnings.warn(found.message, stacklevel=2)
+        return row
+
+    return evaluate_and_watch
 
 
 def configure(objective: Objective, settings: Any) -> Objective:

@@ -22,7 +22,7 @@ from gflownet_measure.run_files import write_file
 
 from .common import configure, final_samples, learned_log_Z, train_gflownet
 from .environment import make_environment
-from .memory import require_memory
+from .memory import PARAMETER_BYTES, mlp_parameters, require_phases, scored_bytes
 from .plots import plot_grid_pair, plot_history
 from .registry import Experiment, RunContext, register
 from .training_config import TrainingConfig, training_settings
@@ -66,7 +66,7 @@ def run(settings: HypergridRun, context: RunContext) -> dict:
     def evaluate() -> dict:
         return {"l1_to_target": l1_distance(terminating_distribution(graph, pf, states), target)} | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, context.out, context.resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, settings.training, context, evaluate)
     traj, lower, iw = final_samples(graph, gfn, settings.eval_samples)
     write_file(context.out / "samples.npz", lambda f: np.savez(f, x=traj.terminal.cpu().numpy().astype(np.int64)))
     p_T = terminating_distribution(graph, pf, states)
@@ -93,16 +93,36 @@ def run(settings: HypergridRun, context: RunContext) -> dict:
 
 
 def validate(settings: HypergridRun) -> None:
-    """The memory of one update (the grid's size is checked when the settings are built): about 2.4 bytes per
-    trajectory, step of the longest trajectory, unit and layer of the MLP (measured at 8 x 8, hidden 128, 2 layers:
-    9.9 KB per trajectory)."""
-    space, batch_size = settings.space, settings.training.batch_size
+    """The memory of each phase (:func:`~gflownet_measure.experiments.memory.require_phases`; the grid's size is checked
+    when the settings are built):
+
+    - one update: about 2.4 bytes per trajectory, step of the longest trajectory, unit and layer of the MLP (measured at
+      8 x 8, hidden 128, 2 layers: 9.9 KB per trajectory);
+    - the model: P_F's MLP, a learned P_B's and a state flow's (:data:`~gflownet_measure.experiments.memory.PARAMETER_BYTES`);
+    - the final samples (``eval_samples``): each trajectory scored at the longest length
+      (:func:`~gflownet_measure.experiments.memory.scored_bytes`) and its states kept, about 50 bytes per step (measured at
+      8 x 8 and 32 x 32, hidden 128, 50,000 and 200,000 samples: 3.6 and 4.9 KB per sample, the longest trajectories 15
+      and 33 steps)."""
+    space, batch_size, n = settings.space, settings.training.batch_size, settings.eval_samples
     max_length = space.ndim * (space.height - 1) + 2
-    require_memory(2.4 * batch_size * max_length * space.hidden * max(1, space.n_layers), f"batch_size={batch_size}")
+    layers, width = max(1, space.n_layers), space.ndim * space.height
+    networks = 1 + (space.backward == "learned") + get_objective(settings.objective).needs_flow
+    require_phases(
+        (2.4 * batch_size * max_length * space.hidden * layers, f"batch_size={batch_size}"),
+        (PARAMETER_BYTES * networks * mlp_parameters(width, space.hidden, space.n_layers, space.ndim + 1), f"hidden={space.hidden}"),
+        (n * (scored_bytes(space.hidden, space.n_layers, max_length) + 50 * max_length), f"eval_samples={n}"),
+    )
 
 
 register(
     Experiment(
-        "hypergrid", "discrete hypergrid with FM/DB/TB/SubTB; exact L1 between P_T and R/Z", SETTINGS, PRESETS, run, validate, settings_type=HypergridRun
+        "hypergrid",
+        "discrete hypergrid with FM/DB/TB/SubTB; exact L1 between P_T and R/Z",
+        SETTINGS,
+        PRESETS,
+        run,
+        validate,
+        settings_type=HypergridRun,
+        evaluation_settings=("eval_samples",),
     )
 )

@@ -63,7 +63,7 @@ from gflownet_measure.run_files import write_file, write_text
 from gflownet_measure.training import WeightAverage, seeded_generator
 
 from .common import ExecutionConfig, SubRun, balance_metrics, configure, learned_log_Z, run_many, train_gflownet
-from .memory import require_memory
+from .memory import PARAMETER_BYTES, SUB_RUN_BYTES, require_memory, require_phases
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError, flatten
@@ -423,26 +423,14 @@ def _baselines(settings: JspGfnRun, problem: env.Problem, exact: ExactPosterior 
     return metrics
 
 
-def _prefix(gfn: nn.Module, part: nn.Module | nn.Parameter) -> str:
-    """The parameter-name prefix :func:`~gflownet_measure.training.make_optimizer` groups ``part`` of ``gfn`` by: a
-    submodule's qualified name and a dot (every parameter under it), or a parameter's own name, found in ``gfn`` itself."""
-    if isinstance(part, nn.Parameter):
-        found = [name for name, p in gfn.named_parameters() if p is part]
-    else:
-        found = [name + "." for name, m in gfn.named_modules() if m is part]
-    if not found:
-        raise ValueError(f"{type(part).__name__} is not a part of the GFlowNet trained")
-    return found[0]
-
-
-def _module_rates(settings: JspGfnRun, gfn: GFlowNet, pf: JSPPolicy) -> dict[str, float]:
+def _module_rates(settings: JspGfnRun, pf: JSPPolicy) -> list[tuple[nn.Module | nn.Parameter, float]]:
     """The parts of ``gfn`` that train at their own Adam rates (``lr_modules`` of :func:`~gflownet_measure.experiments.common.train_gflownet`):
     the theta head at ``lr_theta`` (where it is not 0), the stop offsets per edge count at ``lr_calibrate`` (``calibrate=true``)."""
-    rates = {_prefix(gfn, pf.network.theta_head): settings.lr_theta} if settings.lr_theta else {}
+    rates: list[tuple[nn.Module | nn.Parameter, float]] = [(pf.network.theta_head, settings.lr_theta)] if settings.lr_theta else []
     if settings.space.calibrate:
         if pf.stop_offsets is None:
             raise ValueError("calibrate=true, but the policy has no stop offsets")
-        rates[_prefix(gfn, pf.stop_offsets)] = settings.lr_calibrate
+        rates.append((pf.stop_offsets, settings.lr_calibrate))
     return rates
 
 
@@ -480,8 +468,8 @@ def run(settings: JspGfnRun, context: RunContext) -> dict:
         m = scores(sampler) | balance_metrics(graph, sampler, pb, evaluation.eval_samples)
         return m | (scores(pf, "last_") if ema is not None else {}) | learned_log_Z(objective, gfn, graph)
 
-    lr_modules = _module_rates(settings, gfn, pf)
-    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, resume, evaluate, batches, ema, lr_modules)
+    lr_modules = _module_rates(settings, pf)
+    history = train_gflownet(gfn, graph, objective, settings.training, context, evaluate, batches, ema, lr_modules)
     with torch.no_grad():
         graphs, thetas = posterior_samples(graph, sampler, evaluation.posterior_samples)
     write_file(out / "samples.npz", lambda f: np.savez(f, graphs=graphs.cpu().numpy().astype(np.uint8), thetas=thetas.cpu().numpy()))
@@ -653,6 +641,33 @@ def update_bytes(settings: JspGfnRun, problem: env.Problem) -> float:
     return max(pairs, likelihood, walkers)
 
 
+POSTERIOR_SAMPLE_BYTES = 13.0
+"""Bytes per posterior sample, pair of variables and unit of the policy network that an evaluation holds while the
+network runs on many samples at once (measured on the quick preset, d = 3, hidden 128, ``steps=1``, from 5,000 to
+40,000 samples: 15.1 KB per ``posterior_samples`` against the exact posterior, 14.4 KB with ``exact=off``, 14.3 KB per
+``eval_samples`` with ``exact=off``; the weights of ``weight_samples``, drawn 100 at a time, did not move the peak from
+10,000 to 1,000,000)."""
+
+
+def network_parameters(hidden: int) -> int:
+    """About the parameters of the policy network (:class:`~gflownet_measure.environments.dag_params.network.JSPNetwork`):
+    the backbone's edge, node and global MLPs, the senders', receivers' and stop MLPs and the theta head, 18 hidden x
+    hidden blocks, and its attention's and embeddings' layers."""
+    return 18 * (hidden + 1) * hidden + 600 * hidden
+
+
+def evaluation_bytes(settings: JspGfnRun, problem: env.Problem, n: int, exact: bool) -> float:
+    """Peak memory of an evaluation on ``n`` posterior samples: the policy network on many at once
+    (:data:`POSTERIOR_SAMPLE_BYTES`; all of them against the exact posterior, else the sampler's chunks of about 2^24
+    numbers, :func:`~gflownet_measure.environments.dag_params.sampling.posterior_samples`), and 8 bytes per number each
+    sample keeps: its graph and theta four times, its log-likelihood of each held-out row and variable twice, a theta posterior's d^3."""
+    model = problem.model
+    d, P = model.d, model.n_params
+    rows = n if exact else min(n, max(1, 2**24 // (d * (d * d + P + 1))))
+    heldout = problem.heldout.n if problem.heldout is not None else 0
+    return POSTERIOR_SAMPLE_BYTES * d * d * settings.space.hidden * rows + 8.0 * n * (4 * (d * d + P) + 2 * heldout * d + d**3)
+
+
 def _validate_transitions(batch_size: int, eq8: EdgeTransitions) -> None:
     """Eq. 8's replay: a batch (``batch_size``) no larger than the buffer, nor than the transitions of the prefill."""
     if batch_size > eq8.replay_capacity:
@@ -667,7 +682,9 @@ def _validate_transitions(batch_size: int, eq8: EdgeTransitions) -> None:
 
 def validate(settings: JspGfnRun) -> None:
     """The data (a user's CSV is read and checked), the replay batch against the buffer, the mini-batch against the rows,
-    and the memory of one update (:func:`update_bytes`); the baselines' names are checked when the settings are built."""
+    and the memory of each phase (:func:`~gflownet_measure.experiments.memory.require_phases`): one update
+    (:func:`update_bytes`), the model (:func:`network_parameters`), the final samples and each evaluation's
+    (:func:`evaluation_bytes`), the log-weights (16 bytes each); the baselines' names are checked when the settings are built."""
     problem = _problem(settings.space)
     d, model, evaluation = problem.model.d, settings.space.model, settings.evaluation
     reference, batch_size, eq8 = settings.gold_standard.reference, settings.training.batch_size, settings.transitions
@@ -696,7 +713,16 @@ def validate(settings: JspGfnRun) -> None:
         raise ConfigError(
             f"batch_size_data={eq8.batch_size_data} exceeds the {problem.model.n} data rows N: a mini-batch (eq. 13) takes at most N rows; lower it, or 0 for all"
         )
-    require_memory(update_bytes(settings, problem), f"d={d} with model={model}, batch_size={batch_size}, theta_samples={eq8.theta_samples}")
+    exact = _exact(settings, d) and isinstance(problem.model, LinearGaussian)  # what run scores against
+    hidden, samples, weights = settings.space.hidden, evaluation.posterior_samples, evaluation.weight_samples
+    during = evaluation.eval_samples  # each evaluation during training draws them where it does not score against the exact posterior
+    require_phases(
+        (update_bytes(settings, problem), f"d={d} with model={model}, batch_size={batch_size}, theta_samples={eq8.theta_samples}"),
+        (PARAMETER_BYTES * network_parameters(hidden), f"hidden={hidden}"),
+        (evaluation_bytes(settings, problem, samples, exact), f"posterior_samples={samples}"),
+        (16.0 * during if exact else evaluation_bytes(settings, problem, during, False), f"eval_samples={during}"),
+        (16.0 * weights, f"weight_samples={weights}"),
+    )
 
 
 register(
@@ -708,6 +734,7 @@ register(
         run,
         validate,
         settings_type=JspGfnRun,
+        evaluation_settings=("baseline", "mcmc_steps", "mcmc_chains", "mcmc_burn_in", "mcmc_budget", "fit_samples", "fit_orders", "fit_budget"),
     )
 )
 
@@ -967,8 +994,10 @@ def _plot_table(settings: JspGfnRun, d: int, ms: list[dict], exact: bool, path: 
 
 
 def validate_table(table: JspTable) -> None:
-    """:func:`validate` of the table's largest run (its memory), on the first dataset."""
+    """:func:`validate` of the table's largest run (its memory), on the first dataset, and the memory of its sub-runs,
+    one per number of variables and dataset (:data:`~gflownet_measure.experiments.memory.SUB_RUN_BYTES`)."""
     validate(table.sub_run(max(table.dimensions), 0))
+    require_memory(SUB_RUN_BYTES * len(table.dimensions) * table.datasets, f"datasets={table.datasets}")
 
 
 register(

@@ -42,6 +42,7 @@ from gflownet_measure.run_files import write_file
 
 from .common import ExecutionConfig, SubRun, configure, run_many, train_gflownet
 from .environment import make_environment
+from .memory import PARAMETER_BYTES, SUB_RUN_BYTES, require_memory, require_phases
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, RunContext, register
 from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
@@ -167,9 +168,44 @@ PRESETS = {
 }
 
 
+DATA_DIMS = {"digits": 64, "moons": 2, "ring": 2, "imagenet32": 3072}
+"""The dimension of each data set (:mod:`gflownet_measure.environments.diffusion_data`), for the memory estimate made before they are loaded."""
+
+TRANSITION_BYTES = (23.4, 21.0, 16.0)
+"""Bytes per trajectory and transition (T + 2 of them): per unit of the denoiser with gradients (an update) and without
+(the importance-weighted bound), and per coordinate of the data (the states and the network's input and output layers,
+counted at 4 float32 copies). Measured on moons, T = 20, hidden 64: 32.9 KB per trajectory of an update from batches
+of 1,024 to 8,192; 29.4 KB per trajectory of the bound, ``eval_points=1``, ``iw_samples`` from 16,384 to 65,536."""
+
+SAMPLE_BYTES = (50.0, 24.0)
+"""Bytes per sample of the sample-quality scores and figure, fixed and per coordinate (kept in float32, converted to the
+data's units in float64; drawn 1,000 at a time): measured on moons from 2,000 to 200,000 samples, 47 bytes per sample."""
+
+IW_CHUNK = 4096
+"""Trajectories per walk of :func:`~gflownet_measure.likelihood.log_likelihood_bounds` (its ``chunk``): ``iw_samples`` at least."""
+
+
+def _require_memory(settings: MleDiffusionRun) -> None:
+    """The memory of each phase (:func:`~gflownet_measure.experiments.memory.require_phases`): one update (``batch_size``
+    walks, ``tbc_samples`` each under MLE-GFN's rule, with gradients), the model (the PIS denoiser: about 7 hidden x
+    hidden blocks and its input and output layers, :data:`~gflownet_measure.experiments.memory.PARAMETER_BYTES`), the
+    importance-weighted bound (``iw_samples`` walks per point, at least :data:`IW_CHUNK` at once) and the samples
+    (``n_samples``): :data:`TRANSITION_BYTES`, :data:`SAMPLE_BYTES`; measured in 2-D, the per-coordinate terms estimated."""
+    space, dim, batch_size = settings.space, DATA_DIMS[settings.source.data], settings.training.batch_size
+    walks = batch_size * (settings.backward.tbc_samples if space.learn_backward and settings.backward.backward_rule == "tbc" else 1)
+    iw, n_samples, h, steps = settings.evaluation.iw_samples, settings.evaluation.n_samples, space.hidden, space.n_steps + 2
+    grad, no_grad, coordinate = TRANSITION_BYTES
+    require_phases(
+        (walks * steps * (grad * h + coordinate * dim), f"batch_size={batch_size}"),
+        (PARAMETER_BYTES * (7 * (h + 1) * h + 3 * dim * (h + 1)), f"hidden={h}"),
+        (max(iw, IW_CHUNK) * steps * (no_grad * h + coordinate * dim), f"iw_samples={iw}"),
+        (n_samples * (SAMPLE_BYTES[0] + SAMPLE_BYTES[1] * dim), f"n_samples={n_samples}"),
+    )
+
+
 def validate(settings: MleDiffusionRun) -> None:
     """The data must be there (the ImageNet-32 folder: a one-line error naming what is missing) and ``data_dir`` read
-    (the schedule's consistency is checked when the settings are built)."""
+    (the schedule's consistency is checked when the settings are built), and each phase must fit in memory (:func:`_require_memory`)."""
     source = settings.source
     try:
         check_data(source.data, source.data_dir)
@@ -177,6 +213,7 @@ def validate(settings: MleDiffusionRun) -> None:
         raise ConfigError(str(e)) from None
     if source.data_dir and source.data != "imagenet32":
         raise ConfigError(f"data_dir is read only with data=imagenet32, not data={source.data}; drop it or set data=imagenet32")
+    _require_memory(settings)
 
 
 def make_gflownet(space: env.DiffusionConfig, data: DataSet):
@@ -310,7 +347,7 @@ def run(settings: MleDiffusionRun, context: RunContext) -> dict:
         return {k: v for k, v in _nll_metrics(data, elbo, elbo).items() if "bound" in k and not k.endswith("_se")}
 
     batches = make_batches(gfn, graph, data, settings)
-    history = train_gflownet(gfn, graph, objective_of(settings), settings.training, context.identity, out, context.resume, evaluate, batches)
+    history = train_gflownet(gfn, graph, objective_of(settings), settings.training, context, evaluate, batches)
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, data_states(held_out, T), evaluation.iw_samples)
     x = _samples(graph, gfn, evaluation.n_samples)
     phi = gfn.pb.phi.detach().cpu()
@@ -340,6 +377,7 @@ register(
         run,
         validate,
         settings_type=MleDiffusionRun,
+        evaluation_settings=("n_samples", "iw_samples", "eval_points"),
     )
 )
 
@@ -379,7 +417,15 @@ TABLE_PRESETS = {
 
 
 def validate_table(settings: MleDiffusionTable) -> None:
-    validate(settings.run)  # the rows differ only in how P_B trains, which no check reads
+    """:func:`validate` of each row's run, and the memory of the table's sub-runs, one per row and seed
+    (:data:`~gflownet_measure.experiments.memory.SUB_RUN_BYTES`)."""
+    run = settings.run
+    for _, _, overrides in ROWS:  # the rows differ in how P_B trains: MLE-GFN's rule walks tbc_samples per point (run_table's settings of a row)
+        space = dataclasses.replace(run.space, learn_backward=bool(overrides["learn_backward"]))
+        backward = dataclasses.replace(run.backward, backward_rule=str(overrides.get("backward_rule", "elbo")))
+        validate(dataclasses.replace(run, space=space, backward=backward))
+    seeds = settings.seeds
+    require_memory(SUB_RUN_BYTES * len(ROWS) * seeds, f"seeds={seeds}")
 
 
 def _stats(v: list[float]) -> tuple[float, float | None]:

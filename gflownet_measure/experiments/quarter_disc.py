@@ -42,7 +42,7 @@ from gflownet_measure.training import read_history, seeded_generator
 
 from .common import ExecutionConfig, SubRun, configure, final_samples, learned_log_Z, run_many, train_gflownet
 from .environment import make_environment
-from .memory import require_memory
+from .memory import PARAMETER_BYTES, SUB_RUN_BYTES, mlp_parameters, require_phases, scored_bytes
 from .plots import optional_figure, plot_bands, plot_density_panels, plot_history
 from .registry import Experiment, RunContext, register
 from .settings import flatten
@@ -199,7 +199,7 @@ def run(settings: QuarterDiscRun, context: RunContext, figure2: bool = True) -> 
     def evaluate() -> dict:
         return ref.scores(sample_forward(graph, pf, evaluation.eval_samples).terminal) | learned_log_Z(objective, gfn, graph)
 
-    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, context.resume, evaluate)
+    history = train_gflownet(gfn, graph, objective, settings.training, context, evaluate)
     traj, lower, iw = final_samples(graph, gfn, evaluation.eval_samples)
     x = traj.terminal
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
@@ -225,16 +225,37 @@ def run(settings: QuarterDiscRun, context: RunContext, figure2: bool = True) -> 
     )
 
 
-def _require_memory(space: env.QuarterDiscConfig, batch_size: int) -> None:
-    """The memory of one update: about 4.1 bytes per trajectory, step of the longest trajectory (2 + 2 / rho), unit and
-    layer of the MLP (measured at rho 0.25, hidden 128, 4 layers: 20.9 KB per trajectory)."""
+KDE_SAMPLE_BYTES = 3.2e3
+"""Bytes per terminal sample of an evaluation besides its scoring: the KDE's ``[512, K]`` distance matrices, the
+rejection samples and their proposals (measured with ``steps=1`` at 20,000 and 80,000 samples, rho 0.25, 4 layers:
+5.5 KB per sample at hidden 128, 12.6 KB at hidden 512, i.e. 18.4 bytes per unit and 3.2 KB besides)."""
+
+
+def _require_memory(space: env.QuarterDiscConfig, batch_size: int, eval_samples: int, networks: int, tables: tuple[float, str] | None = None) -> None:
+    """The memory of each phase (:func:`~gflownet_measure.experiments.memory.require_phases`): one update, about 4.1
+    bytes per trajectory, step of the longest trajectory (2 + 2 / rho), unit and layer of the MLP (measured at rho 0.25,
+    hidden 128, 4 layers: 20.9 KB per trajectory); the model, ``networks`` MLPs of ``n_layers`` blocks (P_F, and a state
+    flow on a torso of its own); an evaluation, ``eval_samples`` terminal states, each trajectory scored at the longest
+    length (:func:`~gflownet_measure.experiments.memory.scored_bytes`) and :data:`KDE_SAMPLE_BYTES`; and ``tables``,
+    a table's sub-runs, where there are."""
     max_length = 2 + math.ceil(2 / space.rho)
-    require_memory(4.1 * batch_size * max_length * space.hidden * max(1, space.n_layers), f"batch_size={batch_size}")
+    require_phases(
+        (4.1 * batch_size * max_length * space.hidden * max(1, space.n_layers), f"batch_size={batch_size}"),
+        (PARAMETER_BYTES * networks * mlp_parameters(2, space.hidden, space.n_layers, space.hidden), f"hidden={space.hidden}"),
+        (eval_samples * (scored_bytes(space.hidden, space.n_layers, max_length) + KDE_SAMPLE_BYTES), f"eval_samples={eval_samples}"),
+        *([tables] if tables is not None else []),
+    )
+
+
+def _networks(space: env.QuarterDiscConfig, needs_flow: bool) -> int:
+    """The MLPs of width ``hidden`` a run trains: P_F's (a learned P_B shares its torso), and a state flow's on a torso of its own."""
+    return 1 + (needs_flow and space.flow_torso != "shared")
 
 
 def validate(settings: QuarterDiscRun) -> None:
-    """The memory of one update (:func:`_require_memory`)."""
-    _require_memory(settings.space, settings.training.batch_size)
+    """The memory of each phase (:func:`_require_memory`)."""
+    space = settings.space
+    _require_memory(space, settings.training.batch_size, settings.evaluation.eval_samples, _networks(space, get_objective(settings.objective).needs_flow))
 
 
 register(
@@ -246,6 +267,7 @@ register(
         run,
         validate,
         settings_type=QuarterDiscRun,
+        evaluation_settings=("eval_samples",),
     )
 )
 
@@ -398,8 +420,12 @@ def run_figure1(settings: Figure1Run, context: RunContext) -> dict:
 
 
 def validate_figure1(settings: Figure1Run) -> None:
-    """The memory of one update of the table's most demanding configuration: the smallest rho, the longest trajectories."""
-    _require_memory(dataclasses.replace(settings.space, rho=min(r for _, _, r in CONFIGS)), settings.training.batch_size)
+    """The memory of each phase of the table's most demanding configuration (the smallest rho, the longest trajectories;
+    DB's state flow), and of its sub-runs, ``seeds`` for each of the 8 configurations
+    (:data:`~gflownet_measure.experiments.memory.SUB_RUN_BYTES`)."""
+    space, seeds = dataclasses.replace(settings.space, rho=min(r for _, _, r in CONFIGS)), settings.seeds
+    tables = (SUB_RUN_BYTES * len(CONFIGS) * seeds, f"seeds={seeds}")
+    _require_memory(space, settings.training.batch_size, settings.evaluation.eval_samples, _networks(space, True), tables)
 
 
 register(

@@ -46,7 +46,7 @@ from gflownet_measure.training import seeded_generator
 from .common import configure, learned_log_Z, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig, backward_batch
-from .memory import require_memory
+from .memory import PARAMETER_BYTES, require_phases
 from .plots import optional_figure, plot_density_panels, plot_history, plot_sample_panels
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError
@@ -113,10 +113,28 @@ class _ExactTarget(SDETarget, Protocol):
 PAPER_K = {"gmm9": 2000, "funnel": 6000, "gmm25": 2000, "hard_funnel": 2000, "many_well": 2000, "lgcp": 2000}  # Sendera et al. 2024: K = 2,000
 
 
+SAMPLE_BYTES = (230.0, 100.0)
+"""Bytes per trajectory of the final evaluation, fixed and per coordinate of the target: its log-weight and terminal
+state kept, the figure's exact samples and scatter, the sample metrics (measured with ``steps=1`` of the quick preset,
+T = 100: 0.43 KB per sample on gmm9, d = 2, from 20,000 to 200,000 samples; 3.46 KB on many_well, d = 32, from 20,000
+to 100,000). The trajectories are drawn and scored 2,000 at a time (:func:`evaluate_bounds`), whatever their number."""
+
+
+def network_parameters(space: env.SDEConfig) -> int:
+    """About the parameters of P_F's networks (the PIS network, 7 hidden x hidden blocks and its input and output layers;
+    the Langevin term's time network, 3 more), and as many again for a learned P_B's."""
+    dim, h = TARGETS[space.target].dim, space.hidden
+    policy = (7 + 3 * space.langevin) * (h + 1) * h + 4 * dim * (h + 1)
+    return policy * (2 if space.learned_backward else 1)
+
+
 def validate(settings: SDERun) -> None:
-    """Settings that do not go together, and the memory of one update per trajectory and time step: about 3.6 KB at
-    width 64 (measured at T = 50, d = 2: 182 KB per trajectory), taken as proportional to the width, twice that with a
-    learned P_B, plus 112 bytes per coordinate of the state (the LGCP, d = 1,600, batch 300, T = 100: 5.4 GB peak)."""
+    """Settings that do not go together, and the memory of each phase (:func:`~gflownet_measure.experiments.memory.require_phases`):
+    one update per trajectory and time step, about 3.6 KB at width 64 (measured at T = 50, d = 2: 182 KB per
+    trajectory), taken as proportional to the width, twice that with a learned P_B, plus 112 bytes per coordinate of
+    the state (the LGCP, d = 1,600, batch 300, T = 100: 5.4 GB peak); the model (:func:`network_parameters`,
+    :data:`~gflownet_measure.experiments.memory.PARAMETER_BYTES`); the final evaluation's ``eval_samples`` trajectories
+    (:data:`SAMPLE_BYTES`)."""
     space, objective, regime = settings.space, settings.objective, settings.regime
     if regime == "target" and get_objective(objective).pathwise:
         raise ConfigError(
@@ -130,8 +148,13 @@ def validate(settings: SDERun) -> None:
         )
     networks = 2 if space.learned_backward else 1  # a learned P_B is a second network of the same size
     per_step = 3.6e3 * networks * space.hidden / 64 + 112 * TARGETS[space.target].dim
-    batch_size = settings.training.batch_size
-    require_memory(per_step * batch_size * space.n_steps, f"batch_size={batch_size}")
+    batch_size, dim = settings.training.batch_size, TARGETS[space.target].dim
+    K = settings.eval_samples or PAPER_K[space.target]
+    require_phases(
+        (per_step * batch_size * space.n_steps, f"batch_size={batch_size}"),
+        (PARAMETER_BYTES * network_parameters(space), f"hidden={space.hidden}"),
+        (K * (SAMPLE_BYTES[0] + SAMPLE_BYTES[1] * dim), f"eval_samples={K}"),
+    )
 
 
 def make_gflownet(settings: SDERun) -> tuple[PointedGraph, GFlowNet]:
@@ -245,7 +268,7 @@ def run(settings: SDERun, context: RunContext) -> dict:
         return {"log_Z_lower_bound": b["log_Z_lower_bound"], "log_Z_importance_weighted": b["log_Z_importance_weighted"]} | learned_log_Z(objective, gfn, graph)
 
     batches = make_batches(gfn, graph, settings)
-    history = train_gflownet(gfn, graph, objective, settings.training, context.identity, out, context.resume, evaluate, batches)
+    history = train_gflownet(gfn, graph, objective, settings.training, context, evaluate, batches)
     final = evaluate_bounds(gfn, graph, K)
     x = final.pop("samples").cpu().numpy()
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x))
@@ -293,5 +316,6 @@ register(
         run,
         validate,
         settings_type=SDERun,
+        evaluation_settings=("eval_samples",),
     )
 )

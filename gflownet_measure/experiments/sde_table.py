@@ -32,6 +32,7 @@ from gflownet_measure.training import TrainingDiverged, seeded_generator
 
 from . import sde
 from .common import ExecutionConfig, SubRun, run_many
+from .memory import SUB_RUN_BYTES, require_phases
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError, build, flatten
 from .tables import write_table
@@ -225,10 +226,28 @@ def _run_settings(settings: SDETableRun, row: Row, target: str) -> dict:
     return {k: shared[k] for k in _ROW_KEYS} | shared | row.settings | {"target": target}
 
 
+SMC_PARTICLE_BYTES = (1000.0, 40.0)
+"""Bytes per particle of the SMC and HMC baselines, fixed and per coordinate of the target: positions, gradients,
+weights and the target's intermediates (measured with :func:`~gflownet_measure.baselines.smc.annealed_smc` at 100,000
+and 1,000,000 particles, 3 temperatures: 0.98 KB per particle on gmm9, d = 2, with MALA and HMC moves; 1.29 and
+1.35 KB on the funnel, d = 10)."""
+
+
 def validate(settings: SDETableRun) -> None:
-    targets = _targets(settings)
-    for row in _rows(settings):
-        sde.validate(build(sde.SDERun, _run_settings(settings, row, targets[0])))
+    """Each row's run (:func:`~gflownet_measure.experiments.sde.validate`, on every target), and the memory of the
+    table's own phases (:func:`~gflownet_measure.experiments.memory.require_phases`): the baselines'
+    ``smc_particles`` (:data:`SMC_PARTICLE_BYTES`, on the largest target that has them) and the sub-runs, one per
+    target, row and seed (:data:`~gflownet_measure.experiments.memory.SUB_RUN_BYTES`)."""
+    targets, rows = _targets(settings), _rows(settings)
+    for target in dict.fromkeys(targets):
+        for row in rows:
+            sde.validate(build(sde.SDERun, _run_settings(settings, row, target)))
+    particles, seeds = settings.baselines.smc_particles, settings.seeds
+    dims = [TARGETS[t].dim for t in targets if t in SUITES[settings.suite].baselines]
+    require_phases(
+        (particles * (SMC_PARTICLE_BYTES[0] + SMC_PARTICLE_BYTES[1] * max(dims, default=0)) if dims else 0.0, f"smc_particles={particles}"),
+        (SUB_RUN_BYTES * len(targets) * len(rows) * seeds, f"seeds={seeds}"),
+    )
 
 
 def _fmt(v: Cell) -> str:

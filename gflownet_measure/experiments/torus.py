@@ -51,7 +51,7 @@ from gflownet_measure.training import WeightAverage, seeded_generator
 from .common import configure, final_samples, learned_log_Z, train_gflownet
 from .environment import make_environment
 from .local_search import LOCAL_SEARCH_SETTINGS, LocalSearchBatches, LocalSearchConfig
-from .memory import require_memory
+from .memory import PARAMETER_BYTES, mlp_parameters, require_phases, scored_bytes
 from .plots import optional_figure, plot_density_panels, plot_history
 from .registry import Experiment, RunContext, register
 from .settings import ConfigError
@@ -304,7 +304,7 @@ def run(settings: TorusRun, context: RunContext) -> dict:
         return found | learned_log_Z(objective, gfn, graph)
 
     batches = make_batches(gfn, graph, objective, training, target, settings.search)
-    history = train_gflownet(gfn, graph, objective, training, context.identity, out, context.resume, evaluate, batches, ema)
+    history = train_gflownet(gfn, graph, objective, training, context, evaluate, batches, ema)
     traj, lower, iw = final_samples(graph, gfn, evaluation.eval_samples, sampler)
     x = traj.terminal[:, :n].double()
     write_file(out / "samples.npz", lambda f: np.savez(f, x=x.cpu().numpy()))
@@ -350,11 +350,21 @@ def run(settings: TorusRun, context: RunContext) -> dict:
     return metrics
 
 
+KDE_SAMPLE_BYTES = 11e3
+"""Bytes per terminal sample and angle of an evaluation besides its scoring: the periodic KDE's ``[512, K, n]`` float64
+differences and their squares (measured with ``steps=1`` on R6, 2 angles, hidden 64, scoring included: 21.9 KB per
+sample from 1,000 to 20,000 samples, 23.8 KB from 1,000 to 10,000; the peaks of runs between are up to 0.5 GB apart,
+the allocator's fragmentation over the KDE's chunks)."""
+
+
 def validate(settings: TorusRun) -> None:
     """The settings that do not go together (their :class:`~gflownet_measure.environments.torus.TorusConfig`, with its one-line
     errors for a bad temperature, structure, force field or reward, is checked when the settings are built), the target
-    built (the molecule's energy grid computed or read from its cache), and the memory of one update (about 4.1 bytes
-    per trajectory, step, unit and layer, as the quarter disc's MLPs)."""
+    built (the molecule's energy grid computed or read from its cache), and the memory of each phase
+    (:func:`~gflownet_measure.experiments.memory.require_phases`): one update (about 4.1 bytes per trajectory, step, unit
+    and layer of P_F's and P_B's MLPs, as the quarter disc's); the model (P_F, P_B, a state flow where the objective has one,
+    :data:`~gflownet_measure.experiments.memory.PARAMETER_BYTES`); an evaluation, ``eval_samples`` terminal states, each
+    trajectory scored (:func:`~gflownet_measure.experiments.memory.scored_bytes`) and :data:`KDE_SAMPLE_BYTES` per angle."""
     space, evaluation, batch_size = settings.torus, settings.evaluation, settings.training.batch_size
     if evaluation.paper_samples > evaluation.eval_samples:
         raise ConfigError(f"paper_samples={evaluation.paper_samples} exceeds eval_samples={evaluation.eval_samples}; raise eval_samples or lower paper_samples")
@@ -364,7 +374,12 @@ def validate(settings: TorusRun) -> None:
         env.target_of(space)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    require_memory(4.1 * batch_size * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={batch_size}")
+    n, networks = evaluation.eval_samples, 2 + get_objective(settings.objective).needs_flow
+    require_phases(
+        (4.1 * batch_size * (space.n_steps + 1) * space.hidden * max(1, space.n_layers) * 2, f"batch_size={batch_size}"),
+        (PARAMETER_BYTES * networks * mlp_parameters(space.hidden, space.hidden, space.n_layers, space.hidden), f"hidden={space.hidden}"),
+        (n * (scored_bytes(space.hidden, space.n_layers, space.n_steps + 1) + KDE_SAMPLE_BYTES * space.n_dim), f"eval_samples={n}"),
+    )
 
 
 register(
@@ -376,5 +391,6 @@ register(
         run,
         validate,
         settings_type=TorusRun,
+        evaluation_settings=("eval_samples", "eval_grid", "paper_samples"),
     )
 )

@@ -133,7 +133,7 @@ def user_experiment(target: str) -> Experiment:
             return {"log_Z_lower_bound": lower, "log_Z_importance_weighted": iw} | learned_log_Z(objective, gfn, graph)
 
         trained_on = graph.with_reward_floor(options.reward_floor) if options.reward_floor > 0 else graph
-        history = train_gflownet(gfn, trained_on, objective, settings.training, context.identity, context.out, context.resume, evaluate)
+        history = train_gflownet(gfn, trained_on, objective, settings.training, context, evaluate)
         traj, lower, iw = final_samples(graph, gfn, options.eval_samples)
         x = traj.terminal.double().cpu().numpy()
         write_file(context.out / "samples.npz", lambda f: np.savez(f, x=x))
@@ -155,4 +155,6 @@ def user_experiment(target: str) -> Experiment:
         plot_terminal_samples(x, context.out / "samples.png", f"{len(x)} terminal states ({options.objective})")
         return metrics
 
-    return Experiment(target, f"a space of one's own, {target}", SETTINGS | own.schema, PRESETS, run, validate, settings_type=run_type)
+    return Experiment(
+        target, f"a space of one's own, {target}", SETTINGS | own.schema, PRESETS, run, validate, settings_type=run_type, evaluation_settings=("eval_samples",)
+    )

@@ -27,7 +27,12 @@ from gflownet_measure.objectives import OBJECTIVES, GFlowNet, get_objective
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 N = 16
-TRAINING = {"steps": 1, "batch_size": 4, "eval_every": 1, "grad_clip": 0.0}  # one update of 4 trajectories (gflownet_measure.experiments.training_config.TrainingConfig)
+TRAINING = {
+    "steps": 1,
+    "batch_size": 4,
+    "eval_every": 1,
+    "grad_clip": 0.0,
+}  # one update of 4 trajectories (gflownet_measure.experiments.training_config.TrainingConfig)
 
 
 def column_reward(x):
@@ -78,10 +83,22 @@ def policy_for_five_features():
 
 # name: (graph, pf, pb), the message of the shapes row (a regular expression)
 BROKEN = {
-    "column-reward": (lambda: (bs.hybrid(log_reward=column_reward), None, None), r"^hybrid: log_reward returned \[(\d+), 1\] for \1 states; expected a tensor of shape \[\1\]"),
-    "nan-reward": (lambda: (bs.hybrid(log_reward=nan_on_category_1), None, None), r"^hybrid: log_reward is nan at x=\[2\.0, 1\.0, [0-9.]+\] \(\d+ of \d+ states\); a log-reward must be finite or -inf$"),
-    "wide-atoms": (lambda: (bs.hybrid(kappa=WideAtoms()), None, None), r"^kappa\(s, \.\): atoms\.x is \[(\d+), 3, 4\] at \1 states of width 3; expected \[\1, 3, 3\]"),
-    "wide-chart": (lambda: (bs.hybrid(kappa=WideLeaf()), None, None), r"^kappa\(s, \.\) piece 0 \(DoubledLeaf\): _embed returned \[(\d+), 2\] for \1 anchors and u \[\1, 1\]; expected \[\1, 1\], one value per slot \[2\]$"),
+    "column-reward": (
+        lambda: (bs.hybrid(log_reward=column_reward), None, None),
+        r"^hybrid: log_reward returned \[(\d+), 1\] for \1 states; expected a tensor of shape \[\1\]",
+    ),
+    "nan-reward": (
+        lambda: (bs.hybrid(log_reward=nan_on_category_1), None, None),
+        r"^hybrid: log_reward is nan at x=\[2\.0, 1\.0, [0-9.]+\] \(\d+ of \d+ states\); a log-reward must be finite or -inf$",
+    ),
+    "wide-atoms": (
+        lambda: (bs.hybrid(kappa=WideAtoms()), None, None),
+        r"^kappa\(s, \.\): atoms\.x is \[(\d+), 3, 4\] at \1 states of width 3; expected \[\1, 3, 3\]",
+    ),
+    "wide-chart": (
+        lambda: (bs.hybrid(kappa=WideLeaf()), None, None),
+        r"^kappa\(s, \.\) piece 0 \(DoubledLeaf\): _embed returned \[(\d+), 2\] for \1 anchors and u \[\1, 1\]; expected \[\1, 1\], one value per slot \[2\]$",
+    ),
     "pf-n_in": (policy_for_five_features, r"^P_F \(MLPPolicy\): its network takes n_in=5 features, but encode returned \[\d+, 6\]; expected n_in=6$"),
 }
 
@@ -109,12 +126,13 @@ def test_training_starts_by_probing_the_contracts(tmp_path):
     """A log-reward [B, 1] raises at the start of train_gflownet, before any update or checkpoint; and the first batch of
     a hand-written loop (docs/tutorial.md, section 8) raises too, in one line."""
     from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.registry import RunContext
     from gflownet_measure.experiments.training_config import TrainingConfig
 
     graph = bs.hybrid(log_reward=column_reward)
     pf, pb = policies(graph)
     with pytest.raises(ContractError, match=r"log_reward returned \[\d+, 1\]") as e:
-        train_gflownet(GFlowNet(pf, pb), graph, get_objective("tb"), TrainingConfig(**TRAINING), {}, tmp_path, False, dict)
+        train_gflownet(GFlowNet(pf, pb), graph, get_objective("tb"), TrainingConfig(**TRAINING), RunContext(tmp_path, False, 0, {}), dict)
     assert "\n" not in str(e.value) and not (tmp_path / "checkpoint.pt").exists()
     tb = OBJECTIVES["tb"]
     with pytest.raises(ContractError, match=r"log_reward returned \[64, 1\] for 64 states; expected a tensor of shape \[64\]"):
@@ -123,19 +141,24 @@ def test_training_starts_by_probing_the_contracts(tmp_path):
 
 def test_training_probes_the_state_flow_too(tmp_path):
     from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.registry import RunContext
     from gflownet_measure.experiments.training_config import TrainingConfig
 
     graph = bs.hybrid()
     pf, pb = policies(graph)
     flow = StateFlow(graph.encode, 7, hidden=8, n_layers=1)
     with pytest.raises(ContractError, match=r"^log_F \(StateFlow\): its network takes n_in=7 features, but encode returned \[\d+, 6\]; expected n_in=6$"):
-        train_gflownet(GFlowNet(pf, pb, flow), graph, get_objective("db"), TrainingConfig(**TRAINING), {}, tmp_path, False, dict)
+        train_gflownet(GFlowNet(pf, pb, flow), graph, get_objective("db"), TrainingConfig(**TRAINING), RunContext(tmp_path, False, 0, {}), dict)
 
 
-@pytest.mark.parametrize("log_reward, message", [
-    (lambda x: x[:, 1].long(), r"^hybrid: log_reward returned dtype torch.int64; expected a floating-point tensor$"),
-    (lambda x: torch.full((len(x),), torch.inf), r"^hybrid: log_reward is inf at x=\[2\.0, "),
-], ids=["integer", "plus-inf"])
+@pytest.mark.parametrize(
+    "log_reward, message",
+    [
+        (lambda x: x[:, 1].long(), r"^hybrid: log_reward returned dtype torch.int64; expected a floating-point tensor$"),
+        (lambda x: torch.full((len(x),), torch.inf), r"^hybrid: log_reward is inf at x=\[2\.0, "),
+    ],
+    ids=["integer", "plus-inf"],
+)
 def test_a_log_reward_of_another_dtype_or_plus_inf_is_one_line(log_reward, message):
     row = check_graph(bs.hybrid(log_reward=log_reward), n=N).results[0]
     assert row.verdict == "FAIL" and re.search(message, row.detail), row.detail
@@ -144,7 +167,9 @@ def test_a_log_reward_of_another_dtype_or_plus_inf_is_one_line(log_reward, messa
 def test_an_encode_that_is_not_a_matrix_is_one_line():
     graph = dataclasses.replace(bs.hybrid("flat encode"), encode=lambda s: s[:, 0].float())
     row = check_graph(graph, n=N).results[0]
-    assert row.verdict == "FAIL" and re.search(r"^flat encode: encode returned \[(\d+)\] for \1 states; expected \[\1, F\], F features per state$", row.detail), row.detail
+    assert row.verdict == "FAIL" and re.search(
+        r"^flat encode: encode returned \[(\d+)\] for \1 states; expected \[\1, F\], F features per state$", row.detail
+    ), row.detail
 
 
 def test_a_policy_with_too_few_atom_logits_is_one_line():
@@ -152,7 +177,9 @@ def test_a_policy_with_too_few_atom_logits_is_one_line():
     torch.manual_seed(0)
     pf = MLPPolicy(graph.kappa, graph.encode, n_in=6, n_atoms=bs.K, heads=[BetaHead(1)], hidden=8, n_layers=1)
     row = check_graph(graph, pf, n=N).results[0]
-    assert row.verdict == "FAIL" and row.detail == "P_F (MLPPolicy): has 2 atom logits and 1 heads; expected 3 and 1, the atom slots and pieces its kernel returns", row.detail
+    assert (
+        row.verdict == "FAIL" and row.detail == "P_F (MLPPolicy): has 2 atom logits and 1 heads; expected 3 and 1, the atom slots and pieces its kernel returns"
+    ), row.detail
 
 
 def test_a_chart_writing_outside_the_state_is_one_line():
@@ -162,7 +189,9 @@ def test_a_chart_writing_outside_the_state_is_one_line():
             return Measure(m.atoms, (Piece(AffineChart(bs.UNIT, slots=(3,), fixed={0: 2.0}), s, m.pieces[0].mask),))
 
     row = check_graph(bs.hybrid(kappa=Outside()), n=N).results[0]
-    assert row.detail == "kappa(s, .) piece 0 (AffineChart): writes coordinates [0, 3] (slots, fixed, advance) of states of width 3; expected coordinates 0 to 2", row.detail
+    assert (
+        row.detail == "kappa(s, .) piece 0 (AffineChart): writes coordinates [0, 3] (slots, fixed, advance) of states of width 3; expected coordinates 0 to 2"
+    ), row.detail
 
 
 class ToDeadEnd(Kernel):

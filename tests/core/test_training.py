@@ -1,5 +1,6 @@
 """The training loop: resume reproduces an uninterrupted run exactly; a NaN (loss, gradient or weight) stops training and
 keeps the last good checkpoint; a checkpoint with non-finite weights is never written, and never resumed from."""
+
 import json
 from dataclasses import replace
 
@@ -17,7 +18,7 @@ class Interrupt(Exception):
     pass
 
 
-def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None, lr=1e-2):
+def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None, lr=1e-2, revised=(), draws=1):
     seed_everything(0)
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
@@ -32,9 +33,10 @@ def _trainer(out, steps=30, fail_at=None, nan_at=None, run_id=None, lr=1e-2):
         return loss * float("nan") if step == nan_at else loss
 
     def evaluate():
-        return {"log_Z": float(gfn.log_Z.detach()), "probe": float(torch.rand(()))}  # probe: RNG state after evaluation
+        return {"log_Z": float(gfn.log_Z.detach()), "probe": float(torch.rand(draws)[-1])}  # probe: RNG state after evaluation
 
-    return gfn, Trainer(gfn, opt, torch.optim.lr_scheduler.StepLR(opt, 7, 0.5), step_fn, evaluate, out, steps, 10, 8, grad_clip=5.0, run_id=run_id)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 7, 0.5)
+    return gfn, Trainer(gfn, opt, scheduler, step_fn, evaluate, out, steps, 10, 8, grad_clip=5.0, run_id=run_id, revised=revised)
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -53,6 +55,30 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
         assert a["log_Z"] == b["log_Z"] and a["probe"] == b["probe"]
     for (name, p), q in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(p, q), name
+
+
+def test_a_resume_with_other_evaluation_settings_replays_the_updates_when_only_the_last_evaluation_is_left(tmp_path):
+    """The evaluation here draws ``draws`` numbers from the run's stream, as an ``eval_samples`` does: resumed from step
+    20 of 30 (evaluations at 10, 20, 30) with another count, the weights are the uninterrupted run's to the bit, and only
+    the last evaluation differs."""
+    torch.set_num_threads(1)  # bitwise reproducibility of float sums
+    (tmp_path / "a").mkdir()
+    full, t = _trainer(tmp_path / "a")
+    hist_full = t.run()
+    _interrupted(tmp_path / "b", fail_at=25)
+    resumed, t = _trainer(tmp_path / "b", revised=("eval_samples",), draws=5)
+    hist = t.run(resume=True)
+    for (name, p), q in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert [r["probe"] for r in hist[:2]] == [r["probe"] for r in hist_full[:2]] and hist[2]["probe"] != hist_full[2]["probe"]
+
+
+def test_a_resume_with_other_evaluation_settings_is_refused_while_an_evaluation_steers_the_updates(tmp_path):
+    _interrupted(tmp_path / "r", fail_at=15)  # checkpoint at step 10; the evaluation at 20 draws before the updates 21-30
+    _, t = _trainer(tmp_path / "r", revised=("eval_samples",), draws=5)
+    with pytest.raises(CheckpointError, match="--resume --set eval_samples: .* at step 10, and the evaluation at step 20"):
+        t.run(resume=True)
+    assert torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)["step"] == 10  # nothing trained, nothing written
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -98,7 +124,9 @@ def test_an_update_to_non_finite_weights_stops_before_any_checkpoint_holds_them(
     """lr = 1e300: the first update overflows every weight it moves (the loss and the gradient were finite); training
     stops right after it, and the checkpoint kept is the one of step 0, with finite weights."""
     _, t = _trainer(tmp_path, lr=1e300)
-    with pytest.raises(TrainingDiverged, match="weights are non-finite after the update of step 0 \\(pf\\..* more\\); stopped, last good checkpoint kept at") as e:
+    with pytest.raises(
+        TrainingDiverged, match="weights are non-finite after the update of step 0 \\(pf\\..* more\\); stopped, last good checkpoint kept at"
+    ) as e:
         t.run()
     assert "\n" not in str(e.value)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
@@ -228,13 +256,14 @@ def test_weight_average_is_the_exponential_average_of_the_weights_after_each_ste
 def test_an_objective_on_transitions_needs_its_batch_source(tmp_path):
     from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
     from gflownet_measure.experiments.common import train_gflownet
+    from gflownet_measure.experiments.registry import RunContext
     from gflownet_measure.experiments.training_config import TrainingConfig
 
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)
     gfn = GFlowNet(*hypergrid.make_policies(g, replace(cfg, hidden=8)))
     with pytest.raises(ValueError, match="trains on transitions"):
-        train_gflownet(gfn, g, UNDIRECTED_SUBTB, TrainingConfig(steps=1, batch_size=4, eval_every=1, grad_clip=0.0), {}, tmp_path, False, dict)
+        train_gflownet(gfn, g, UNDIRECTED_SUBTB, TrainingConfig(steps=1, batch_size=4, eval_every=1, grad_clip=0.0), RunContext(tmp_path, False, 0, {}), dict)
 
 
 class _Planted:
@@ -262,12 +291,17 @@ def test_a_checkpoint_carrying_a_pickled_object_is_refused(tmp_path, monkeypatch
 
 
 def test_lr_modules_put_a_module_at_its_own_rate_and_the_rest_stays_in_the_policy_group():
-    """``lr_modules``: a parameter-name prefix -> rate; the first matching prefix wins; log Z keeps lr_logZ."""
+    """``lr_modules``: (part, rate) pairs; a parameter joins the first part that holds it; log Z keeps lr_logZ; a part
+    outside the model is one line."""
     from torch import nn
 
     model = nn.Module()
     model.log_Z = nn.Parameter(torch.zeros(()))
     model.body, model.head = nn.Linear(2, 2), nn.Linear(2, 2)
-    opt = make_optimizer(model, 1e-4, 1e-1, lr_modules={"head.": 3e-3})
+    opt = make_optimizer(model, 1e-4, 1e-1, lr_modules=[(model.head, 3e-3), (model.head.bias, 1.0)])
     rates = {g["name"]: (g["lr"], sum(p.numel() for p in g["params"])) for g in opt.param_groups}
-    assert rates == {"policy": (1e-4, 6), "log_Z": (1e-1, 1), "head": (3e-3, 6)}
+    assert rates == {"policy": (1e-4, 6), "log_Z": (1e-1, 1), "head": (3e-3, 6)}  # the bias is in the head, named first
+    opt = make_optimizer(model, 1e-4, 1e-1, lr_modules=[(model.head.bias, 1.0)])
+    assert {g["name"]: g["lr"] for g in opt.param_groups}["head.bias"] == 1.0
+    with pytest.raises(ValueError, match="a Linear given a rate of its own is not a part of the Module trained"):
+        make_optimizer(model, 1e-4, 1e-1, lr_modules=[(nn.Linear(2, 2), 1.0)])

@@ -56,7 +56,7 @@ def _fails(argv, capsys, message: str) -> None:
         (["run", "hypergrid", "--overwrite", "--set", "batch_size=100000000"], "batch_size=100000000 needs about"),
         (["run", "hypergrid", "--resume", "--seed", "1"], "drop --seed"),
         (["run", "hypergrid", "--resume", "--preset", "paper"], "drop --preset"),
-        (["run", "hypergrid", "--resume", "--set", "steps=5"], "drop --set"),
+        (["run", "hypergrid", "--resume", "--set", "steps=5"], "a resume changes only settings that evaluation alone reads, not steps; valid: eval_samples"),
         (["run", "hypergrid", "--resume", "--overwrite"], "drop --overwrite"),
         (["run", "quarter-disc", "--resume"], "holds a run of hypergrid, not quarter-disc"),
     ],

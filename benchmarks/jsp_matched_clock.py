@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from gflownet_measure.baselines import structure
 from gflownet_measure.environments import dag_params as env
-from gflownet_measure.environments.dag_params.evaluation import sample_metrics
 from gflownet_measure.experiments.jsp_gfn import SETTINGS, JspGfnRun, budget
 from gflownet_measure.experiments.settings import build
+from gflownet_measure.jsp_gfn.baselines import structure
+from gflownet_measure.jsp_gfn.dag_params.evaluation import sample_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("heldout_nll", "expected_shd", "auroc")

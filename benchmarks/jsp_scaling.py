@@ -80,7 +80,7 @@ def _categorical_csv(d: int, n: int, seed: int, folder: Path) -> Path:
     """Integer data of Sachs' kind: ``simulate_er`` rows cut at each column's tertiles into states 0, 1, 2, as a CSV."""
     import numpy as np
 
-    from gflownet_measure.bayesnets.datasets.simulated import simulate_er
+    from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
 
     x = simulate_er(d, 2.0, n, 0, seed=seed).train.numpy()
     cuts = np.quantile(x, [1 / 3, 2 / 3], axis=0)  # [2, d]
@@ -102,8 +102,8 @@ def measure(spec: dict) -> dict:
 
     from gflownet_measure.buffers import TransitionBuffer
     from gflownet_measure.environments import dag_params as env
-    from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB, Transitions
-    from gflownet_measure.environments.dag_params.states import join, split
+    from gflownet_measure.jsp_gfn.dag_params.objective import UNDIRECTED_SUBTB, Transitions
+    from gflownet_measure.jsp_gfn.dag_params.states import join, split
     from gflownet_measure.kernels import Materialised
     from gflownet_measure.objectives import GFlowNet
     from gflownet_measure.training import make_optimizer

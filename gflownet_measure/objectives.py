@@ -10,7 +10,7 @@ an experiment asks the objective instead of deciding for it:
 - ``atoms_only``: the kernels must be sums of atoms (FM: its in- and out-flow integrals are sums);
 - ``batch``: what one update consumes, ``"trajectories"`` (:class:`Batch`), ``"data"`` (a :class:`Batch` of
   trajectories walked back from data points, no reward: ``mle``) or ``"transitions"`` (replayed edges, as
-  JSP-GFN's undirected SubTB, registered by :mod:`gflownet_measure.environments.dag_params.objective`);
+  JSP-GFN's undirected SubTB, registered by :mod:`gflownet_measure.jsp_gfn.dag_params.objective`);
 - ``log_Z``: how :math:`\\log Z` is read from the trained modules (the free parameter, the out-flow of :math:`s_0`
   under FM, or ``None`` when the objective learns none);
 - ``hyper``: its hyper-parameters with their defaults, named as the settings that set them (``subtb_lambda``).

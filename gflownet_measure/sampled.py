@@ -24,7 +24,7 @@ heuristic of multiple importance sampling, :math:`w_m = \\frac{d\\mu}{d\\lambda}
 the sum unbiased whatever the blocks share, and its variance is ``L`` times the variance of one block's sum, which is
 what the checks estimate. A proposal suited to each integral of eq. 4 (pairs weigh states by two envelopes, pairs into
 the sink by one), and points that share a block where the two sides of eq. 4 see them alike, are how a space keeps
-those variances small where one proposal for all of them would not (:mod:`gflownet_measure.environments.dag_params.reference`).
+those variances small where one proposal for all of them would not (:mod:`gflownet_measure.jsp_gfn.dag_params.reference`).
 """
 
 from __future__ import annotations

@@ -29,15 +29,15 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from gflownet_measure.bayesnets.datasets.simulated import simulate_er
-from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
-from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.graph import PointedGraph
+from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
+from gflownet_measure.jsp_gfn.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.jsp_gfn.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.kernels import FiniteKernel
 from gflownet_measure.measures import counting
 
-APPLICATIONS = ("gflownet_measure.bayesnets", "gflownet_measure.environments", "gflownet_measure.experiments", "gflownet_measure.baselines")
-"""The subpackages built on the core (Bayesian networks, environments, experiments, baselines): ``import gflownet_measure`` loads none of them."""
+APPLICATIONS = ("gflownet_measure.jsp_gfn", "gflownet_measure.environments", "gflownet_measure.experiments", "gflownet_measure.baselines")
+"""The subpackages built on the core (JSP-GFN, environments, experiments, baselines): ``import gflownet_measure`` loads none of them."""
 
 CHECK_RUN_DIR = Path(__file__).resolve().parents[2] / "shared" / "tools" / "check_run_dir.py"
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gflownet_measure.graph import PointedGraph
+from gflownet_measure.jsp_gfn import dag_params
 from gflownet_measure.options import Setting, lookup, settings_of
 
-from . import dag_params, diffusion, hybrid_torus, hypergrid, quarter_disc, sde, torus
+from . import diffusion, hybrid_torus, hypergrid, quarter_disc, sde, torus
 
 __all__ = ["EnvironmentSpec", "ENVIRONMENTS", "get_environment"]
 

@@ -387,7 +387,7 @@ def train_gflownet(
     ``batches(step)`` gives the batch of update ``step``, of the kind the objective declares (``objective.batch``). For
     ``"trajectories"`` the default is ``objective.sample``: ``training.batch_size`` fresh trajectories with
     ``training.epsilon``-uniform exploration (:meth:`~gflownet_measure.objectives.Objective.sample`); any other kind
-    (``"data"``, ``"transitions"``) needs its source, e.g. :class:`gflownet_measure.environments.dag_params.replay.EdgeReplay`. A source
+    (``"data"``, ``"transitions"``) needs its source, e.g. :class:`gflownet_measure.jsp_gfn.dag_params.replay.EdgeReplay`. A source
     that is an ``nn.Module`` (a replay buffer, walkers) is checkpointed with the run, and restored on resume.
 
     ``average``: a :class:`~gflownet_measure.training.WeightAverage` of (part of) ``gfn``, updated after every step and

@@ -4,13 +4,13 @@ One run (Deleu et al. 2023, Algorithm 1; docs/references.md, 'Loss (eq. 8)' and 
 training path (:func:`~gflownet_measure.experiments.common.train_gflownet`): ``num_envs`` walkers grow graphs under the behaviour policy
 (uniform with probability :math:`1 - \\epsilon`, :math:`\\epsilon` rising linearly from 0 to ``1 - min_exploration`` over the
 first ``anneal_fraction`` of training, half by default; 100% uniform during ``prefill``); their edge transitions fill a
-replay buffer (:class:`~gflownet_measure.environments.dag_params.replay.EdgeReplay`, the batch source of the ``transitions`` objective);
+replay buffer (:class:`~gflownet_measure.jsp_gfn.dag_params.replay.EdgeReplay`, the batch source of the ``transitions`` objective);
 each update draws ``batch_size`` transitions and ``theta_samples`` fresh parameters at both ends and minimises the
 registered undirected SubTB objective (eq. 8), with a moving average of the weights (``ema``) as the sampler. With
 ``objective=tb`` (or ``vargrad``) an update instead draws ``batch_size`` whole trajectories, plus ``replayed`` walked back
 from a ring of visited terminal states (:class:`~gflownet_measure.experiments.structure_batches.StructureBatches`), and
 minimises trajectory balance with a learned log Z. The final sampler is scored against the exact posterior up to d = 5
-(:mod:`gflownet_measure.environments.dag_params.evaluation`), by held-out NLL, E-SHD, AUROC and the log P_T vs log R fit
+(:mod:`gflownet_measure.jsp_gfn.dag_params.evaluation`), by held-out NLL, E-SHD, AUROC and the log P_T vs log R fit
 beyond (and, with ``reference=mc3-collapsed``, against a collapsed-MC3 gold standard), beside the baselines of the
 ``baseline`` setting on the same data. Every run also reports its sampler's on-policy log-weights (ELBO, sd, ESS,
 importance-weighted log Z) and the same figures of the untrained policy, ``start_*``, measured before training.
@@ -34,16 +34,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from gflownet_measure.baselines import structure as structure_baselines
-from gflownet_measure.baselines.collapsed_mc3 import gold_standard, no_closed_form
-from gflownet_measure.bayesnets.cpd_base import CPDModel
-from gflownet_measure.bayesnets.dags import MAX_ENUMERATE
-from gflownet_measure.bayesnets.exact_posterior import ExactPosterior
-from gflownet_measure.bayesnets.linear_gaussian import LinearGaussian
-from gflownet_measure.bayesnets.structure_metrics import feature_metrics, rmse_pearson, sample_features
 from gflownet_measure.densities import Policy
 from gflownet_measure.environments import dag_params as env
-from gflownet_measure.environments.dag_params.evaluation import (
+from gflownet_measure.graph import PointedGraph
+from gflownet_measure.jsp_gfn.baselines import structure as structure_baselines
+from gflownet_measure.jsp_gfn.baselines.collapsed_mc3 import gold_standard, no_closed_form
+from gflownet_measure.jsp_gfn.bayesnets.cpd_base import CPDModel
+from gflownet_measure.jsp_gfn.bayesnets.dags import MAX_ENUMERATE
+from gflownet_measure.jsp_gfn.bayesnets.exact_posterior import ExactPosterior
+from gflownet_measure.jsp_gfn.bayesnets.linear_gaussian import LinearGaussian
+from gflownet_measure.jsp_gfn.bayesnets.structure_metrics import feature_metrics, rmse_pearson, sample_features
+from gflownet_measure.jsp_gfn.dag_params.evaluation import (
     conditional_theta_metrics,
     fit_metrics,
     graph_metrics,
@@ -52,11 +53,10 @@ from gflownet_measure.environments.dag_params.evaluation import (
     posterior_metrics,
     sample_metrics,
 )
-from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
-from gflownet_measure.environments.dag_params.policy import JSPPolicy
-from gflownet_measure.environments.dag_params.replay import EdgeReplay, uniform_move_probability
-from gflownet_measure.environments.dag_params.sampling import posterior_samples
-from gflownet_measure.graph import PointedGraph
+from gflownet_measure.jsp_gfn.dag_params.objective import UNDIRECTED_SUBTB
+from gflownet_measure.jsp_gfn.dag_params.policy import JSPPolicy
+from gflownet_measure.jsp_gfn.dag_params.replay import EdgeReplay, uniform_move_probability
+from gflownet_measure.jsp_gfn.dag_params.sampling import posterior_samples
 from gflownet_measure.objectives import GFlowNet, Objective, get_objective
 from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.run_files import write_file, write_text
@@ -72,14 +72,14 @@ from .tables import write_table
 from .training_config import TrainingConfig, ema_option, training_settings
 
 BASELINE_NAMES = {name: b.label for name, b in structure_baselines.STRUCTURE_BASELINES.items()}
-"""The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.baselines.structure.STRUCTURE_BASELINES`:
+"""The baselines a run can put beside JSP-GFN on the same data (:data:`~gflownet_measure.jsp_gfn.baselines.structure.STRUCTURE_BASELINES`:
 structure MCMC, and the structure learners of the optional extra ``baselines``), name -> the label tables print."""
 
 
 @dataclass(frozen=True)
 class EdgeTransitions:
     """``objective=undirected_subtb``: eq. 8 of Deleu et al. 2023 on the edge transitions of
-    :class:`~gflownet_measure.environments.dag_params.replay.EdgeReplay` (its walkers and buffer), and the objective's own hyper-parameters."""
+    :class:`~gflownet_measure.jsp_gfn.dag_params.replay.EdgeReplay` (its walkers and buffer), and the objective's own hyper-parameters."""
 
     theta_samples: int = option(16, "S: fresh theta samples at each end of a transition (S x S pairs per transition)", low=1)
     prefill: int = option(1000, "undirected_subtb: uniform-policy environment steps that fill the replay buffer before training", low=1)
@@ -125,7 +125,7 @@ class Exploration:
         check_options(self)
 
     def probability(self, step: int, steps: int) -> float:
-        """Probability of a uniform move at update ``step`` of ``steps`` (:func:`~gflownet_measure.environments.dag_params.replay.uniform_move_probability`)."""
+        """Probability of a uniform move at update ``step`` of ``steps`` (:func:`~gflownet_measure.jsp_gfn.dag_params.replay.uniform_move_probability`)."""
         return uniform_move_probability(step, steps, self.anneal_fraction, self.min_exploration)
 
 
@@ -177,7 +177,7 @@ class GoldStandard:
     reference_chains: int = option(8, "reference=mc3-collapsed: chains, from different starts", low=2)
     reference_steps: int = option(
         16_000_000,
-        "reference=mc3-collapsed: steps per chain after a quarter as many of burn-in (16M: split-R-hat 1.002, chains within 0.02, about 4 min at d = 20; baselines/collapsed_mc3.py)",
+        "reference=mc3-collapsed: steps per chain after a quarter as many of burn-in (16M: split-R-hat 1.002, chains within 0.02, about 4 min at d = 20; jsp_gfn/baselines/collapsed_mc3.py)",
         low=1,
     )
 
@@ -237,7 +237,7 @@ def _baseline_names(baseline: str) -> list[str]:
 
 @dataclass(frozen=True)
 class JspGfnRun:
-    """The settings of ``run jsp-gfn``: the data, model and policy (:class:`~gflownet_measure.environments.dag_params.DagParamsConfig`),
+    """The settings of ``run jsp-gfn``: the data, model and policy (:class:`~gflownet_measure.jsp_gfn.dag_params.DagParamsConfig`),
     the training (:class:`~gflownet_measure.experiments.training_config.TrainingConfig`: no state flow, no epsilon, the batches
     are the objective's own), the batches of each objective (:class:`EdgeTransitions`, :class:`TerminalRing`), the behaviour
     policy's exploration, the evaluation, the gold standard beyond it, the baselines, and the experiment's own."""
@@ -372,7 +372,7 @@ def _problem(space: env.DagParamsConfig) -> env.Problem:
 
 
 def budget(settings: JspGfnRun, seed: int, seconds: float = 0.0) -> structure_baselines.Budget:
-    """The baselines' :class:`~gflownet_measure.baselines.structure.Budget` from the run's settings of the same names
+    """The baselines' :class:`~gflownet_measure.jsp_gfn.baselines.structure.Budget` from the run's settings of the same names
     (:class:`Baselines`, ``posterior_samples``, and the space's ``max_parents`` and ``edges_per_node``); with
     ``mcmc_budget=matched``, the MCMC baselines' wall clock is ``seconds`` (the training's)."""
     b, space = settings.baselines, settings.space
@@ -549,7 +549,7 @@ def _marginals(graphs: torch.Tensor) -> dict:
 
 def reference_metrics(settings: JspGfnRun, model: CPDModel, graphs: torch.Tensor, start: dict) -> dict:
     """The sampler's and its start's edge and path marginals against a gold standard of :math:`P(G | D)` beyond the exact
-    posterior (``reference=mc3-collapsed``: :func:`~gflownet_measure.baselines.collapsed_mc3.gold_standard`, the collapsed
+    posterior (``reference=mc3-collapsed``: :func:`~gflownet_measure.jsp_gfn.baselines.collapsed_mc3.gold_standard`, the collapsed
     structure MC3 on the model's closed-form marginal): ``{edge,path}_{rmse,r}_reference`` and ``start_*`` of them, the
     posterior's ``reference_expected_edges`` beside the samples' ``expected_edges``, and the chains' ``reference_rhat`` and
     ``reference_chain_spread`` (how far the gold standard itself is from converged)."""
@@ -650,7 +650,7 @@ network runs on many samples at once (measured on the quick preset, d = 3, hidde
 
 
 def network_parameters(hidden: int) -> int:
-    """About the parameters of the policy network (:class:`~gflownet_measure.environments.dag_params.network.JSPNetwork`):
+    """About the parameters of the policy network (:class:`~gflownet_measure.jsp_gfn.dag_params.network.JSPNetwork`):
     the backbone's edge, node and global MLPs, the senders', receivers' and stop MLPs and the theta head, 18 hidden x
     hidden blocks, and its attention's and embeddings' layers."""
     return 18 * (hidden + 1) * hidden + 600 * hidden
@@ -659,7 +659,7 @@ def network_parameters(hidden: int) -> int:
 def evaluation_bytes(settings: JspGfnRun, problem: env.Problem, n: int, exact: bool) -> float:
     """Peak memory of an evaluation on ``n`` posterior samples: the policy network on many at once
     (:data:`POSTERIOR_SAMPLE_BYTES`; all of them against the exact posterior, else the sampler's chunks of about 2^24
-    numbers, :func:`~gflownet_measure.environments.dag_params.sampling.posterior_samples`), and 8 bytes per number each
+    numbers, :func:`~gflownet_measure.jsp_gfn.dag_params.sampling.posterior_samples`), and 8 bytes per number each
     sample keeps: its graph and theta four times, its log-likelihood of each held-out row and variable twice, a theta posterior's d^3."""
     model = problem.model
     d, P = model.d, model.n_params

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.device, pytest.mark.skipif(not torch.cuda.is_available
 
 
 # JSP-GFN's solver head runs its own solver on the GPU: Newton through the linear model's precision, CG through the MLP's
-# Gauss-Newton products (gflownet_measure/environments/dag_params/solver.py)
+# Gauss-Newton products (gflownet_measure/jsp_gfn/dag_params/solver.py)
 VARIANTS = [(name, {}) for name in sorted(ENVIRONMENTS)] + [
     ("dag-params", {"theta_head": "solver", "lookahead": "on"}),
     ("dag-params", {"theta_head": "solver", "model": "mlp", "solver_steps": 3}),

@@ -82,7 +82,7 @@ def test_registering_needs_a_new_name_and_unknown_names_are_explained():
 
 
 def test_jsp_gfns_loss_is_registered_on_transitions():
-    import gflownet_measure.environments.dag_params.objective  # noqa: F401
+    import gflownet_measure.jsp_gfn.dag_params.objective  # noqa: F401
 
     o = OBJECTIVES["undirected_subtb"]
     assert o.batch == "transitions" and o.log_Z is None and set(o.hyper) == {"theta_samples", "delta", "penalty"}

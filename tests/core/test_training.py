@@ -254,10 +254,10 @@ def test_weight_average_is_the_exponential_average_of_the_weights_after_each_ste
 
 
 def test_an_objective_on_transitions_needs_its_batch_source(tmp_path):
-    from gflownet_measure.environments.dag_params.objective import UNDIRECTED_SUBTB
     from gflownet_measure.experiments.common import train_gflownet
     from gflownet_measure.experiments.registry import RunContext
     from gflownet_measure.experiments.training_config import TrainingConfig
+    from gflownet_measure.jsp_gfn.dag_params.objective import UNDIRECTED_SUBTB
 
     cfg = hypergrid.HypergridConfig(height=4)
     g = hypergrid.make_graph(cfg)

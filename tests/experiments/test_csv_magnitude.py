@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gflownet_measure.bayesnets.datasets.csv_files import SUM_OF_SQUARES_LIMIT, load_csv, load_data
 from gflownet_measure.experiments.cli import main
+from gflownet_measure.jsp_gfn.bayesnets.datasets.csv_files import SUM_OF_SQUARES_LIMIT, load_csv, load_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import check_contract
-from gflownet_measure.environments.dag_params import objective as jsp_objective
 from gflownet_measure.experiments.cli import main
+from gflownet_measure.jsp_gfn.dag_params import objective as jsp_objective
 
 TINY = ["steps=6", "eval_every=3", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=50"]
 
@@ -270,7 +270,7 @@ def test_bad_jsp_settings_are_one_line(tmp_path, capsys, setting, message):
 @pytest.mark.slow
 def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monkeypatch):
     """A table runs what is installed: a missing package is a line in baselines.json and the table, not a crash."""
-    from gflownet_measure.baselines import structure
+    from gflownet_measure.jsp_gfn.baselines import structure
 
     monkeypatch.setattr(structure, "available", lambda name: (False, "causal-learn is not installed: pip install 'gflownet-measure[baselines]'"))
     out = tmp_path / "table"
@@ -281,7 +281,7 @@ def test_a_baseline_that_is_not_installed_is_skipped_and_recorded(tmp_path, monk
 
 @pytest.mark.slow
 def test_bcd_runs_beside_jsp_gfn_and_is_skipped_beyond_its_enumeration(tmp_path):
-    """baseline=bcd (BCD Nets, gflownet_measure/baselines/bcd.py): scored like the other baselines at d = 3; at d = 8 its permanent over
+    """baseline=bcd (BCD Nets, gflownet_measure/jsp_gfn/baselines/bcd.py): scored like the other baselines at d = 3; at d = 8 its permanent over
     the d! orders is not enumerated, which baselines.json records instead of crashing."""
     out = tmp_path / "d3"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "baseline=bcd", "bcd_steps=5"]) == 0
@@ -295,7 +295,7 @@ def test_bcd_runs_beside_jsp_gfn_and_is_skipped_beyond_its_enumeration(tmp_path)
 
 @pytest.mark.slow
 def test_vbg_runs_beside_jsp_gfn_and_is_skipped_on_mlp_cpds(tmp_path):
-    """baseline=vbg (VBG, gflownet_measure/baselines/vbg.py): scored like the other baselines at d = 3, its settings reaching it;
+    """baseline=vbg (VBG, gflownet_measure/jsp_gfn/baselines/vbg.py): scored like the other baselines at d = 3, its settings reaching it;
     on MLP CPDs, which its closed-form q(theta) cannot take, baselines.json records why."""
     out = tmp_path / "linear"
     assert main(["run", "jsp-gfn", "--out", str(out), "--threads", "1", "--set", *TINY, "d=3", "baseline=vbg", "vbg_steps=4", "vbg_rounds=2"]) == 0

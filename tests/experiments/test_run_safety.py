@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from gflownet_measure.bayesnets.datasets.csv_files import load_csv
-from gflownet_measure.environments.dag_params import DagParamsConfig, make_problem
 from gflownet_measure.experiments import get_experiment, plots
 from gflownet_measure.experiments.cli import main
 from gflownet_measure.experiments.run_folder import RunFolder
 from gflownet_measure.experiments.settings import resolve
+from gflownet_measure.jsp_gfn.bayesnets.datasets.csv_files import load_csv
+from gflownet_measure.jsp_gfn.dag_params import DagParamsConfig, make_problem
 
 TINY = ["--threads", "1", "--set", "steps=20", "eval_every=10", "eval_samples=50"]
 JSP_TINY = ["steps=4", "eval_every=2", "prefill=10", "batch_size=8", "theta_samples=2", "hidden=8", "posterior_samples=20"]

@@ -18,6 +18,7 @@ import contextlib
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -29,6 +30,7 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from gflownet_measure import run_files
 from gflownet_measure.graph import PointedGraph
 from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
 from gflownet_measure.jsp_gfn.bayesnets.exact_posterior import ExactPosterior
@@ -245,3 +247,30 @@ def docs_script(name: str):
     sys.modules[name] = module  # dataclasses of the module look it up while it executes
     spec.loader.exec_module(module)
     return module
+
+
+FULL_DISK = Path("/dev/full")
+"""A file on which every write fails with the kernel's ``ENOSPC``: the full disk of the disk-full tests."""
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """From now on, the temporary file of every write to a name in ``names`` (all: empty) is made, then written on ``/dev/full``."""
+    real_open = os.open
+    names: list[str] = []
+
+    def open_(path, flags, *args, **kw):
+        fd = real_open(path, flags, *args, **kw)
+        name = os.fsdecode(path)
+        if name.endswith(".tmp") and (not names or any(name.startswith(n + ".") for n in names)):
+            os.close(fd)
+            return real_open(FULL_DISK, os.O_WRONLY | os.O_CLOEXEC)
+        return fd
+
+    monkeypatch.setattr(run_files.os, "open", open_)
+    return names
+
+
+def leftovers(folder: Path) -> list[str]:
+    """The temporary files (``*.tmp``) anywhere under ``folder``: a failed write must leave none."""
+    return sorted(p.name for p in folder.rglob("*.tmp"))

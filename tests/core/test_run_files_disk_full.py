@@ -7,39 +7,16 @@ as usual, then its descriptor is swapped for one of ``/dev/full``, so the writer
 
 import errno
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import FULL_DISK, leftovers
 from gflownet_measure import run_files
 from gflownet_measure.run_files import append_text, confined, start_manifest, write_file, write_text
 
-FULL = Path("/dev/full")
-needs_dev_full = pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")
-
-
-@pytest.fixture
-def full_disk(monkeypatch):
-    """From now on, the temporary file of every write to a name in ``names`` (all: empty) is made, then written on ``/dev/full``."""
-    real_open = os.open
-    names: list[str] = []
-
-    def open_(path, flags, *args, **kw):
-        fd = real_open(path, flags, *args, **kw)
-        name = os.fsdecode(path)
-        if name.endswith(".tmp") and (not names or any(name.startswith(n + ".") for n in names)):
-            os.close(fd)
-            return real_open(FULL, os.O_WRONLY | os.O_CLOEXEC)
-        return fd
-
-    monkeypatch.setattr(run_files.os, "open", open_)
-    return names
-
-
-def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.rglob("*.tmp"))
+needs_dev_full = pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full on this system")
 
 
 @needs_dev_full
@@ -58,7 +35,7 @@ def test_a_write_on_a_full_disk_names_the_file_and_leaves_no_temporary_file(tmp_
         write(tmp_path / "run.json")
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / "run.json"), e.value
     assert f"{e.value.filename}: {e.value.strerror}" == f"{tmp_path / 'run.json'}: No space left on device"
-    assert _leftovers(tmp_path) == [] and (tmp_path / "run.json").read_text() == "before"  # the earlier version is kept
+    assert leftovers(tmp_path) == [] and (tmp_path / "run.json").read_text() == "before"  # the earlier version is kept
 
 
 @needs_dev_full
@@ -69,7 +46,7 @@ def test_a_full_disk_in_a_run_folder_names_the_file_inside_it(tmp_path, full_dis
     start_manifest(run)
     with confined(run), pytest.raises(OSError, match="No space left on device") as e:
         write_file(run / "checkpoint.pt", lambda f: torch.save({"w": torch.zeros(10)}, f), previous="checkpoint.prev.pt")
-    assert e.value.filename == str(run / "checkpoint.pt") and _leftovers(run) == []
+    assert e.value.filename == str(run / "checkpoint.pt") and leftovers(run) == []
 
 
 @pytest.mark.parametrize("failing", ["replace", "write"])

@@ -7,40 +7,16 @@ swapped for one of ``/dev/full``, so every write on it fails with the kernel's `
 import errno
 import os
 import threading
-from pathlib import Path
 
 import pytest
 
-from gflownet_measure import run_files
+from conftest import FULL_DISK, leftovers
 from gflownet_measure.experiments.cli import main
 from gflownet_measure.experiments.common import WallClock, write_json
 
 TINY = ["--threads", "1", "--set", "steps=20", "eval_every=10", "eval_samples=50"]
-FULL = Path("/dev/full")
 
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.skipif(not FULL.exists(), reason="no /dev/full on this system")]
-
-
-@pytest.fixture
-def full_disk(monkeypatch):
-    """The names (``wall_clock.json``, ...) whose writes meet a full disk from now on: append to the list returned."""
-    real_open = os.open
-    names: list[str] = []
-
-    def open_(path, flags, *args, **kw):
-        fd = real_open(path, flags, *args, **kw)
-        name = os.fsdecode(path)
-        if name.endswith(".tmp") and any(name.startswith(n + ".") for n in names):
-            os.close(fd)
-            return real_open(FULL, os.O_WRONLY | os.O_CLOEXEC)
-        return fd
-
-    monkeypatch.setattr(run_files.os, "open", open_)
-    return names
-
-
-def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.rglob("*.tmp"))
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full on this system")]
 
 
 def test_write_json_on_a_full_disk_names_the_file(tmp_path, full_disk):
@@ -59,7 +35,7 @@ def test_a_run_on_a_full_disk_is_one_line_naming_the_file(tmp_path, full_disk, n
     assert main(["run", "hypergrid", "--out", str(out), *TINY]) == 2
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and err.splitlines()[-1] == f"gflownet-measure: error: {out / name}: No space left on device", err  # after the progress bar
-    assert _leftovers(out) == [] and not (out / "metrics.json").exists() and not (out / name).exists()
+    assert leftovers(out) == [] and not (out / "metrics.json").exists() and not (out / name).exists()
 
 
 def test_the_wall_clock_thread_never_prints_a_traceback_and_the_exit_names_the_file(tmp_path, full_disk, monkeypatch):
@@ -71,8 +47,8 @@ def test_the_wall_clock_thread_never_prints_a_traceback_and_the_exit_names_the_f
     with pytest.raises(OSError, match="No space left on device") as e:
         with WallClock(tmp_path, resume=False, every=0.01):
             threading.Event().wait(0.2)  # several ticks, each failing
-    assert e.value.filename == str(tmp_path / WallClock.FILE) and thread_errors == [] and _leftovers(tmp_path) == []
+    assert e.value.filename == str(tmp_path / WallClock.FILE) and thread_errors == [] and leftovers(tmp_path) == []
     with pytest.raises(OSError) as e:
         with WallClock(tmp_path, resume=False):
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.pt"))
-    assert e.value.filename == str(tmp_path / "checkpoint.pt") and _leftovers(tmp_path) == []
+    assert e.value.filename == str(tmp_path / "checkpoint.pt") and leftovers(tmp_path) == []

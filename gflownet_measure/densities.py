@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Distribution, Independent, Normal, VonMises
 
+from .contract_error import ContractError
 from .gaussian import LOG_2PI, StepNormal
 from .kernels import Kernel
 from .measures import Box, Measure, SupportPoint
@@ -82,7 +83,10 @@ class KernelDensity:
             log_probs = torch.where(explore[:, None], uniform.log_probs.to(log_probs.dtype), log_probs)
         comp = gumbel_max(log_probs)
         K, B = m.atoms.count, m.batch
-        drawn = torch.bincount(comp, minlength=m.n_components).tolist()  # rows per component: one synchronisation
+        unfit = ~torch.isfinite(log_probs.gather(1, comp[:, None])[:, 0])  # NaN or infinite logits drew a component anyhow
+        *drawn, n_unfit = torch.cat([torch.bincount(comp, minlength=m.n_components), unfit.sum()[None]]).tolist()  # one synchronisation
+        if n_unfit:
+            raise ContractError(f"the policy's component probabilities are not finite at {n_unfit} of {B} states: a diverged policy (NaN or infinite logits)")
         if sum(drawn[:K]):
             k = comp.clamp(max=K - 1)
             x = m.atoms.take(k)  # the drawn atom's state only

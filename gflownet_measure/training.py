@@ -522,7 +522,13 @@ class Trainer:
         bar.close()
         if rank > 0:
             raise ReplicaFinished(f"replica {rank} of {size} finished {self.steps} updates; rank 0 evaluates and writes {self.out_dir}")
-        return read_history(self.history_path)
+        rows = read_history(self.history_path)
+        if not rows or rows[-1]["step"] != self.steps:  # a finished run resumed after its history was emptied or cut
+            raise HistoryError(
+                f"{self.history_path} has no row for step {self.steps}, the last of this run (emptied or cut after it was written);"
+                " restore the file, or start the run afresh with --overwrite"
+            )
+        return rows
 
 
 def evaluation_before_end(step: int, steps: int, eval_every: int) -> int | None:

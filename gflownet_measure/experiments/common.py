@@ -429,6 +429,12 @@ def train_gflownet(
             zero_reward(batch, step)
         return loss
 
+    def evaluate_or_stop() -> dict:
+        try:
+            return evaluate()
+        except ContractError as e:  # a policy whose outputs diverged while its weights stayed finite (lr=1e30)
+            raise TrainingDiverged(f"{e} (met in an evaluation); stopped, last good checkpoint kept in {out}") from None
+
     held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
     state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are
     rows = TensorBoardRows(out) if training.logger == "tensorboard" else None
@@ -437,7 +443,7 @@ def train_gflownet(
         optimizer,
         make_scheduler(optimizer, training),
         step_fn,
-        watch_saturation(evaluate, graph, gfn),
+        watch_saturation(evaluate_or_stop, graph, gfn),
         out,
         training.steps,
         training.eval_every,

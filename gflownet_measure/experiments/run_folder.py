@@ -206,7 +206,7 @@ def table_of(folder: Path) -> tuple[Path, str] | None:
     experiment, reached through folders that the table made: each is listed in its parent's manifest, or, for a table
     of an earlier version (no manifests), ``folder`` holds a run's ``config.json`` without an experiment (what a table
     writes in each of its runs' folders)."""
-    here = Path(os.path.abspath(folder))
+    here = Path(os.path.realpath(folder))  # through links: a link to a table's run is that run
     saved = _run_config(here)
     earlier = saved is not None and "experiment" not in saved
     child = here

@@ -103,18 +103,23 @@ def user_experiment(target: str) -> Experiment:
         is not the width of ``encode``), two trajectories roll out and score under P_F and P_B (a kernel or policy that
         raises), each one line, and the objective fits the kernels."""
         graph, pf, pb = build_space(settings)
-        try:
-            probe_contracts(graph, {"P_F": pf, "P_B": pb}, CONTRACT_STATES)
-        except ContractError as e:
-            raise ConfigError(f"run: {target}: {e}") from None
-        try:
+
+        def trial() -> None:
             with torch.no_grad():
-                traj = sample_forward(graph, pf, 2)
-                log_densities(traj, pf, pb)
-        except Exception as e:
-            raise ConfigError(
-                f"run: {target}: a trial rollout of 2 trajectories raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-            ) from None
+                log_densities(sample_forward(graph, pf, 2), pf, pb)
+
+        probes = (
+            ("the shape contracts' probe", lambda: probe_contracts(graph, {"P_F": pf, "P_B": pb}, CONTRACT_STATES)),
+            ("a trial rollout of 2 trajectories", trial),
+        )
+        for what, probe in probes:
+            try:
+                probe()
+            except ContractError as e:
+                raise ConfigError(f"run: {target}: {e}") from None
+            except Exception as e:  # the user's kernel, reward or policy raised: one line, naming the probe that met it
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                raise ConfigError(f"run: {target}: {what} raised {type(e).__name__}: {first}") from None
         objective = get_objective(settings.options.objective)
         if objective.atoms_only and any(graph.kappa(graph.source[None]).pieces):
             raise ConfigError(

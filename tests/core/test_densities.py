@@ -102,3 +102,22 @@ def test_the_von_mises_reference_proposal_integrates_to_one_and_matches_its_draw
     assert float(torch.cos(angle).mean()) == pytest.approx(ive(1, 5.0) / ive(0, 5.0), abs=0.01)
     with pytest.raises(ValueError, match="periodic"):
         Box((0.0,), (1.0,), proposal_concentration=1.0)
+
+
+def test_a_draw_from_non_finite_logits_is_a_contract_error_not_a_move_the_kernel_lacks():
+    """NaN or infinite logits (a policy diverged with finite weights, lr=1e30) make Gumbel-max pick any component, an
+    absent one included: the draw refuses, naming how many states, instead of returning a move off the space."""
+    import pytest
+
+    from gflownet_measure.contract_error import ContractError
+    from gflownet_measure.densities import KernelDensity
+    from gflownet_measure.kernels import atoms_measure
+
+    x = torch.tensor([[[1.0], [2.0], [0.0]]]).expand(4, 3, 1)
+    measure = atoms_measure(x, torch.tensor([[True, True, False]]).expand(4, 3))
+    assert KernelDensity(measure, torch.zeros(4, 3)).draw()[2].comp.lt(2).all()
+    for bad in (float("nan"), float("inf")):
+        logits = torch.zeros(4, 3)
+        logits[1:3, 0] = bad
+        with pytest.raises(ContractError, match="not finite at 2 of 4 states: a diverged policy"):
+            KernelDensity(measure, logits).draw()

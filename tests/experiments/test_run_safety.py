@@ -2,6 +2,7 @@
 checkpoints that belong to their run, figures that cannot fail a run, and one-line errors (the README's Reliability).
 A run cannot be turned against its user: no write through a symbolic link, --overwrite deletes only what the run's
 manifest lists, and a diverged model is never checkpointed (issue 64, items 1-3)."""
+
 import dataclasses
 import fcntl
 import json
@@ -69,7 +70,26 @@ def test_a_finished_run_survives_a_failing_command(finished, argv, message, caps
 
 
 def test_overwrite_replaces_the_run_and_its_figures(finished, tmp_path):
-    assert main(["run", "sde", "--out", str(finished), "--overwrite", "--threads", "1", "--set", "steps=2", "n_steps=5", "eval_every=1", "eval_samples=20", "batch_size=8"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "sde",
+                "--out",
+                str(finished),
+                "--overwrite",
+                "--threads",
+                "1",
+                "--set",
+                "steps=2",
+                "n_steps=5",
+                "eval_every=1",
+                "eval_samples=20",
+                "batch_size=8",
+            ]
+        )
+        == 0
+    )
     assert json.loads((finished / "config.json").read_text())["experiment"] == "sde"
     assert not (finished / "distribution.png").exists() and not (finished / "l1_to_target.png").exists()  # the hypergrid's
 
@@ -89,7 +109,14 @@ def test_an_out_under_a_file_is_one_line(tmp_path, capsys):
     _fails(["run", "hypergrid", "--out", str(tmp_path / "file" / "run")], capsys, "cannot create or open the run folder")
 
 
-@pytest.mark.parametrize("argv, message", [(["--seed", "-1"], "--seed=-1 is out of range"), (["--seed", str(2**64)], "is out of range; valid: 0 to 4294967295"), (["--set", "steps=3", "steps=4"], "--set gives steps twice")])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--seed", "-1"], "--seed=-1 is out of range"),
+        (["--seed", str(2**64)], "is out of range; valid: 0 to 4294967295"),
+        (["--set", "steps=3", "steps=4"], "--set gives steps twice"),
+    ],
+)
 def test_silent_changes_are_errors(argv, message, tmp_path, capsys):
     _fails(["run", "hypergrid", "--out", str(tmp_path / "r"), *argv], capsys, message)
     assert not (tmp_path / "r").exists()  # validated before the folder was made
@@ -155,7 +182,21 @@ def _wait_for(path: Path, seconds: float = 60.0) -> None:
 def _long_run(out: Path) -> subprocess.Popen:
     """A run that trains for minutes, in a child whose Ctrl-C (SIGINT) acts as in a terminal: a shell that starts jobs in
     the background (CI, ``nohup``) hands them SIGINT ignored, and Python then never raises KeyboardInterrupt."""
-    argv = [sys.executable, "-m", "gflownet_measure.experiments.cli", "run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=100000", "eval_every=50", "eval_samples=50"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gflownet_measure.experiments.cli",
+        "run",
+        "hypergrid",
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--set",
+        "steps=100000",
+        "eval_every=50",
+        "eval_samples=50",
+    ]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -185,7 +226,10 @@ def test_ctrl_c_stops_with_one_line_and_the_run_resumes(tmp_path):
         p.wait()
     assert p.returncode == 130
     last = err.strip().splitlines()[-1]
-    assert "Traceback" not in err and last == f"gflownet-measure: interrupted; the last checkpoint is kept in {out}: continue with `gflownet-measure run hypergrid --out {out} --resume`"
+    assert (
+        "Traceback" not in err
+        and last == f"gflownet-measure: interrupted; the last checkpoint is kept in {out}: continue with `gflownet-measure run hypergrid --out {out} --resume`"
+    )
     assert not (out / "metrics.json").exists() and (out / "checkpoint.pt").exists()
 
 
@@ -218,11 +262,17 @@ def test_a_wide_csv_names_its_columns_and_the_limit(tmp_path):
 
 def test_an_update_beyond_the_memory_is_a_one_line_error(tmp_path, capsys):
     """d = 100 MLP CPDs (P = 51,100 parameters) with 256 transitions x 64 theta samples would need terabytes: refused before training."""
-    _fails(["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "d=100", "model=mlp", "batch_size=256", "theta_samples=64", "prefill=64"], capsys, "of memory at its peak")
+    _fails(
+        ["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "d=100", "model=mlp", "batch_size=256", "theta_samples=64", "prefill=64"],
+        capsys,
+        "of memory at its peak",
+    )
 
 
 def test_jsp_batch_larger_than_the_buffer_is_an_error(tmp_path, capsys):
-    _fails(["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "batch_size=500", "replay_capacity=100"], capsys, "batch_size=500 exceeds replay_capacity=100")
+    _fails(
+        ["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "batch_size=500", "replay_capacity=100"], capsys, "batch_size=500 exceeds replay_capacity=100"
+    )
     _fails(["run", "jsp-gfn", "--out", str(tmp_path / "r"), "--set", "batch_size=64", "prefill=2"], capsys, "raise prefill to at least 8")
 
 
@@ -274,7 +324,13 @@ def test_resume_refuses_a_folder_with_a_symlink_among_its_run_files(unfinished, 
 
 # each case trains its own run (about 0.9 s): one refused write and one temporary name in the fast loop
 @pytest.mark.parametrize(
-    "name, code", [("history.jsonl", 2), ("checkpoint.tmp", 0), pytest.param("samples.npz", 2, marks=pytest.mark.slow), pytest.param("metrics.json.tmp", 0, marks=pytest.mark.slow)]
+    "name, code",
+    [
+        ("history.jsonl", 2),
+        ("checkpoint.tmp", 0),
+        pytest.param("samples.npz", 2, marks=pytest.mark.slow),
+        pytest.param("metrics.json.tmp", 0, marks=pytest.mark.slow),
+    ],
 )
 def test_no_write_goes_through_a_symlink_even_unchecked(unfinished, tmp_path, name, code, monkeypatch, capsys):
     """Without the check on --resume (a link placed after it): the write that meets the link stops the run with one line
@@ -364,6 +420,25 @@ def test_a_diverged_model_is_never_checkpointed_and_resume_stops_cleanly(tmp_pat
     assert not (out / "metrics.json").exists()
 
 
+def test_a_policy_whose_outputs_diverge_with_finite_weights_stops_in_one_line(tmp_path, capsys):
+    """The probe's case: lr=1e30 keeps the weights finite but makes the logits NaN; the draw then picked moves off the
+    grid and `one_hot` raised a traceback in the next encoding."""
+    out = tmp_path / "r"
+    argv = ["run", "hypergrid", "--out", str(out), "--threads", "1", "--set", "steps=30", "eval_every=5", "eval_samples=50", "lr=1e30"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("gflownet-measure: training stopped: the policy's component probabilities are not finite at ")
+    assert not (out / "metrics.json").exists()
+
+
+def test_a_finished_run_whose_history_was_emptied_is_one_line_on_resume(finished, capsys):
+    (finished / "history.jsonl").write_text("")
+    assert main(["run", "hypergrid", "--out", str(finished), "--resume", "--threads", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and "history.jsonl has no row for step 20, the last of this run" in err.splitlines()[-1], err
+
+
 def test_a_checkpoint_with_non_finite_weights_is_skipped_on_resume(finished):
     """A checkpoint.pt of an earlier version that saved a diverged model: the run resumes from checkpoint.prev.pt."""
     (finished / "metrics.json").unlink()
@@ -406,7 +481,11 @@ def test_a_config_with_a_bad_seed_or_device_is_one_line_on_resume(finished, key,
         (b'{"step": 10, "loss": 1.0}\n\xff\xfe{"step": 20}\n', "history.jsonl is not UTF-8 text (byte 26 is b'\\xff'), so not a run's history"),
         (b'{"step": null, "loss": 1.0}\n{"step": 20, "loss": 1.0}\n', "history.jsonl line 1: step is null; valid: a whole number >= 0"),
         # each case trains its own run (about 0.5 s): a step of the wrong type on a later line, in the full suite
-        pytest.param(b'{"step": 10, "loss": 1.0}\n{"step": "20", "loss": 1.0}\n', 'history.jsonl line 2: step is "20"; valid: a whole number >= 0', marks=pytest.mark.slow),
+        pytest.param(
+            b'{"step": 10, "loss": 1.0}\n{"step": "20", "loss": 1.0}\n',
+            'history.jsonl line 2: step is "20"; valid: a whole number >= 0',
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_a_history_that_is_not_utf8_or_has_a_bad_step_is_one_line_on_resume(unfinished, history, message, capsys):
@@ -441,6 +520,9 @@ def test_a_run_on_its_own_in_the_folder_of_a_tables_run_is_refused_and_deletes_n
     sub = table / "tb-uniform-rho0.25" / "seed0"
     before = _snapshot(table)
     named = f"is a folder of the multi-run experiment quarter-disc-figure1 in {table}: its runs are trained, resumed and replaced by that table alone; continue it with `run quarter-disc-figure1 --out {table} --resume`"
+    link = tmp_path / "Y"
+    link.symlink_to(sub)  # the probe's form: the table's run reached through a link
+    _fails(["run", "quarter-disc", "--out", str(link), "--threads", "1", "--overwrite", "--set", "steps=2"], capsys, f"--out {link} {named}")
     for out in (sub, sub.parent):
         for extra in (["--overwrite"], [], ["--resume"]):
             settings = [] if extra == ["--resume"] else ["--set", "steps=2"]

@@ -7,6 +7,7 @@ mass (0.2, 0.3, 0.5), then y ~ Beta on [0, 1]; log Z = log 5) and the one-step B
 tolerance 0.02 is the issue's, and the tutorial measured the learned log Z within 0.0016 of log 5 over 12 seeds at
 300 updates of 64 (its section 8), the budget used here.
 """
+
 import json
 import math
 import re
@@ -86,19 +87,29 @@ def test_a_factory_setting_reaches_the_space_and_a_resume_continues_the_run(tmp_
 
 
 NO_POLICY = BETA.replace("    return graph, pf, UniformPolicy(graph.kappa_b)", "    return graph")
-COLUMN_REWARD = BETA.replace("log_reward=lambda x: power * (x[:, 1].log() + (-x[:, 1]).log1p())", "log_reward=lambda x: (power * (x[:, 1].log() + (-x[:, 1]).log1p()))[:, None]")
+COLUMN_REWARD = BETA.replace(
+    "log_reward=lambda x: power * (x[:, 1].log() + (-x[:, 1]).log1p())", "log_reward=lambda x: (power * (x[:, 1].log() + (-x[:, 1]).log1p()))[:, None]"
+)
 REQUIRED = BETA.replace("def make_graph(power: float = 1.0, hidden: int = 32):", "def make_graph(power: float, hidden: int = 32):")
+REWARD_RAISES = BETA.replace("log_reward=lambda x: power", "log_reward=lambda x: 1 / 0 + power")
+KERNEL_RAISES = BETA.replace("        done = s[:, :1] == 1\n", "        raise RuntimeError('my kernel is not finished')\n", 1)
 CLASH = BETA.replace("def make_graph(power: float = 1.0, hidden: int = 32):", "def make_graph(power: float = 1.0, hidden: int = 32, steps: int = 3):")
 
 
-@pytest.mark.parametrize("source, extra, message", [
-    (NO_POLICY, [], r"returns no forward policy; return \(graph, pf\)"),
-    (COLUMN_REWARD, [], r"log_reward returned \[(\d+), 1\] for \1 states; expected a tensor of shape \[\1\]"),
-    (REQUIRED, [], "parameter power of make_graph has no default"),
-    (CLASH, [], "setting steps has the name of a training setting"),
-    (BETA, ["--set", "objective=fm"], "objective fm needs kernels of atoms only"),
-    (BETA, ["--set", "powr=2"], "unknown setting 'powr'"),
-], ids=["no-policy", "column-reward", "required", "clash", "fm", "unknown"])
+@pytest.mark.parametrize(
+    "source, extra, message",
+    [
+        (NO_POLICY, [], r"returns no forward policy; return \(graph, pf\)"),
+        (COLUMN_REWARD, [], r"log_reward returned \[(\d+), 1\] for \1 states; expected a tensor of shape \[\1\]"),
+        (REQUIRED, [], "parameter power of make_graph has no default"),
+        (CLASH, [], "setting steps has the name of a training setting"),
+        (BETA, ["--set", "objective=fm"], "objective fm needs kernels of atoms only"),
+        (BETA, ["--set", "powr=2"], "unknown setting 'powr'"),
+        (REWARD_RAISES, [], "raised ZeroDivisionError: division by zero"),
+        (KERNEL_RAISES, [], "raised RuntimeError: my kernel is not finished"),
+    ],
+    ids=["no-policy", "column-reward", "required", "clash", "fm", "unknown", "reward-raises", "kernel-raises"],
+)
 def test_mistakes_are_one_line_with_exit_2(tmp_path, monkeypatch, capsys, request, source, extra, message):
     name = "space_" + request.node.callspec.id.replace("-", "_")  # a module name of its own: an imported module stays in sys.modules
     (tmp_path / f"{name}.py").write_text(source)

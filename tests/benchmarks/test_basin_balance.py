@@ -21,6 +21,7 @@ def test_mix_weights_each_part_by_its_share():
     assert mix((0.5, 2.0), (0.0, math.nan)) == pytest.approx((0.25, 2.0))
 
 
+@pytest.mark.slow  # trains a short torus run: about 1.8 s
 def test_a_local_search_run_gives_every_kind_of_batch(tmp_path):
     """An R6 run with local search and the weight average (a few updates): both samplers' masses sum to one over the six
     modes, the forward KL within each mode is positive (a barely trained sampler is far from R; a sign error in the identity

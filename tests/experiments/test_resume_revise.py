@@ -26,6 +26,7 @@ def run(tmp_path):
     return out
 
 
+@pytest.mark.slow  # trains a run, then three resumes (about 3 s)
 def test_a_finished_run_is_rescored_with_other_evaluation_settings_and_its_weights_kept(run, capsys):
     before = _weights(run / "checkpoint.pt")
     assert main(["run", "hypergrid", "--out", str(run), "--resume", "--set", "eval_samples=300", "--threads", "1"]) == 0
@@ -40,6 +41,7 @@ def test_a_finished_run_is_rescored_with_other_evaluation_settings_and_its_weigh
     assert json.loads((run / "config.json").read_text())["trained_with"] == {}  # back to the values it trained with
 
 
+@pytest.mark.slow  # trains a run per case
 @pytest.mark.parametrize("assignment", ["steps=30", "lr=0.5", "eval_every=5"])
 def test_a_resume_that_would_change_the_model_is_one_line_and_touches_nothing(run, assignment, capsys):
     config = (run / "config.json").read_text()

@@ -17,7 +17,7 @@ from gflownet_measure.experiments.settings import flatten
 from gflownet_measure.experiments.training_config import TrainingConfig
 from gflownet_measure.training import seed_everything
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise equality of float sums
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # one thread: bitwise equality of float sums; slow: trains two runs
 
 
 def _untimed(metrics: dict) -> dict:

@@ -55,6 +55,7 @@ def test_a_clock_stopped_at_its_least_steps_leaves_n_states_after_the_burn_in():
                     assert len(kept.take(25, int(fraction * t))) == 25, (fraction, t)
 
 
+@pytest.mark.slow  # the chains run for their clock: about 2 s
 def test_collapsed_mc3_under_a_clock_runs_its_time_and_matches_the_exact_posterior():
     model = _linear(4)
     out = collapsed_mc3(model, n_samples=500, n_chains=4, seed=0, seconds=2.0)

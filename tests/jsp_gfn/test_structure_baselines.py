@@ -10,6 +10,7 @@ threshold: the resampling adds a second copy of the sampling noise, so the BIC g
 skeleton (edges in more than half of them; Friedman et al. 1999's bootstrap confidence) equal to the truth;
 an exact skeleton on every resample would be the wrong target.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -52,14 +53,28 @@ def test_registry_rejects_an_unknown_name():
         available("ges")
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch: about 2.4 s
 def test_importing_the_registry_imports_no_baseline_package():
     code = "import sys, gflownet_measure.jsp_gfn.baselines.structure; print(any(m in sys.modules for m in ('causallearn', 'dibs', 'jax')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-BUDGET = Budget(seed=3, posterior_samples=40, max_parents=0, edges_per_node=1.0, mcmc_steps=60, mcmc_chains=2, mcmc_burn_in=0.5,
-                mh_theta_step=0.1, dibs_steps=10, bcd_steps=10, vbg_steps=10, vbg_rounds=2, bootstraps=4)
+BUDGET = Budget(
+    seed=3,
+    posterior_samples=40,
+    max_parents=0,
+    edges_per_node=1.0,
+    mcmc_steps=60,
+    mcmc_chains=2,
+    mcmc_burn_in=0.5,
+    mh_theta_step=0.1,
+    dibs_steps=10,
+    bcd_steps=10,
+    vbg_steps=10,
+    vbg_rounds=2,
+    bootstraps=4,
+)
 
 
 def test_sample_runs_a_baseline_with_the_budget_as_its_arguments(problem):
@@ -115,6 +130,7 @@ def test_bootstrap_recovers_the_skeleton(problem, name):
 def test_bootstrap_rejects_a_model_that_is_not_linear(problem):
     pytest.importorskip("causallearn")
     from gflownet_measure.jsp_gfn.baselines.bootstrap import bootstrap_ges
+
     with pytest.raises(ValueError, match="model must be a LinearGaussian"):
         bootstrap_ges(object(), n_samples=1)
 
@@ -175,7 +191,11 @@ def test_dibs_weight_orientation_on_two_nodes():
     x = np.stack([x0, 2.0 * x0 + 0.1 * rng.normal(size=50)], 1)  # 0 -> 1, weight 2
     g = np.array([[0, 1], [0, 0]])
     w = np.array([[0.0, 2.0], [0.0, 0.0]])
-    lik = float(DibsLinearGaussian(n_vars=2, obs_noise=0.01).log_likelihood(x=jnp.asarray(x), theta=jnp.asarray(w), g=jnp.asarray(g), interv_targets=jnp.zeros_like(x, dtype=bool)))
+    lik = float(
+        DibsLinearGaussian(n_vars=2, obs_noise=0.01).log_likelihood(
+            x=jnp.asarray(x), theta=jnp.asarray(w), g=jnp.asarray(g), interv_targets=jnp.zeros_like(x, dtype=bool)
+        )
+    )
     resid = np.stack([x[:, 0], x[:, 1] - 2.0 * x[:, 0]], 1)
     expected = float(np.sum(-0.5 * resid**2 / 0.01 - 0.5 * np.log(2 * np.pi * 0.01)))
     assert lik == pytest.approx(expected, rel=1e-5)
@@ -197,6 +217,7 @@ def test_dibs_returns_acyclic_graphs(problem):
 def test_dibs_rejects_bad_arguments(problem):
     pytest.importorskip("dibs")
     from gflownet_measure.jsp_gfn.baselines.dibs import joint_dibs
+
     _, model = problem
     with pytest.raises(ValueError, match="the linear model needs a LinearGaussian"):
         joint_dibs(object())

@@ -201,7 +201,7 @@ def cmd_run(args) -> int:
         cfg, trained = _revised_settings(exp, saved, parse_assignments(_flatten(args.assignments)), has_checkpoint(out))
         revisions = {"settings": cfg, "trained_with": trained} if args.assignments else {}
     else:
-        trained = {}
+        trained = {}  # a new run trains with its settings
         preset, seed, device = (getattr(args, k) if getattr(args, k) is not None else v for k, v in DEFAULTS.items())
         if preset not in exp.presets:
             raise ConfigError(f"unknown preset {preset!r} for {exp.name}; valid: {', '.join(exp.presets)}")
@@ -247,7 +247,7 @@ def cmd_run(args) -> int:
         if error is not None:
             raise ConfigError(error)
         resume = args.resume and (exp.multi_run or has_checkpoint(out))
-        identity, revised = run_id({**cfg, **trained}, seed), tuple(trained) if resume else ()
+        identity, revised = run_id({**cfg, **trained}, seed), tuple(trained)  # trained: empty unless a checkpoint holds the old values
         if args.resume and not resume and rank == 0:
             print(f"{PROG}: {out} has no checkpoint yet (the run stopped before its first): training it from the start", file=sys.stderr)
         seed_everything(seed)

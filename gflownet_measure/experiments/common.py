@@ -419,12 +419,15 @@ def train_gflownet(
 
     optimizer = make_optimizer(gfn, training.lr, training.lr_logZ, training.lr_flow, training.lr_backward or None, lr_modules)
 
+    def diverged(e: ContractError, where: str) -> TrainingDiverged:
+        return TrainingDiverged(f"{e} (met {where}); stopped, last good checkpoint kept in {out}")
+
     def step_fn(step: int):
         try:
             batch = batches(step)
             loss = objective(gfn, batch)
         except ContractError as e:  # a NaN reward met in training, or a state the policy made non-finite
-            raise TrainingDiverged(f"{e} (met at step {step}); stopped, last good checkpoint kept in {out}") from None
+            raise diverged(e, f"at step {step}") from None
         if not torch.isfinite(loss):
             zero_reward(batch, step)
         return loss
@@ -433,7 +436,7 @@ def train_gflownet(
         try:
             return evaluate()
         except ContractError as e:  # a policy whose outputs diverged while its weights stayed finite (lr=1e30)
-            raise TrainingDiverged(f"{e} (met in an evaluation); stopped, last good checkpoint kept in {out}") from None
+            raise diverged(e, "in an evaluation") from None
 
     held = {"gfn": gfn} | ({"batches": batches} if isinstance(batches, nn.Module) else {}) | ({"average": average} if average is not None else {})
     state = gfn if len(held) == 1 else nn.ModuleDict(held)  # what the checkpoint holds: the GFlowNet, and the source and average when there are

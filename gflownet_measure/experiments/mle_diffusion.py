@@ -46,7 +46,7 @@ from .memory import PARAMETER_BYTES, SUB_RUN_BYTES, require_memory, require_phas
 from .plots import _finish, optional_figure, plot_history, plot_sample_panels, plt
 from .registry import Experiment, RunContext, register
 from .sample_quality import DigitsFeatures, frechet_distance, mmd_rbf
-from .settings import ConfigError, flatten
+from .settings import ConfigError, build, flatten
 from .tables import write_table
 from .training_config import TRAINING_SETTINGS, TrainingConfig, training_settings
 
@@ -416,14 +416,18 @@ TABLE_PRESETS = {
 }
 
 
+def _row_settings(settings: MleDiffusionTable, overrides: dict) -> dict:
+    """A row's flat settings, as its ``config.json`` records them: the table's (but :data:`ROW_SETTINGS`), then the
+    row's ``overrides`` (:data:`ROWS`) over the default rule, the bound."""
+    flat = flatten(settings)
+    return {k: flat[k] for k in SETTINGS if k not in ROW_SETTINGS} | {"backward_rule": "elbo"} | overrides
+
+
 def validate_table(settings: MleDiffusionTable) -> None:
     """:func:`validate` of each row's run, and the memory of the table's sub-runs, one per row and seed
     (:data:`~gflownet_measure.experiments.memory.SUB_RUN_BYTES`)."""
-    run = settings.run
-    for _, _, overrides in ROWS:  # the rows differ in how P_B trains: MLE-GFN's rule walks tbc_samples per point (run_table's settings of a row)
-        space = dataclasses.replace(run.space, learn_backward=bool(overrides["learn_backward"]))
-        backward = dataclasses.replace(run.backward, backward_rule=str(overrides.get("backward_rule", "elbo")))
-        validate(dataclasses.replace(run, space=space, backward=backward))
+    for _, _, overrides in ROWS:  # the rows differ in how P_B trains: MLE-GFN's rule walks tbc_samples per point
+        validate(build(MleDiffusionRun, _row_settings(settings, overrides)))
     seeds = settings.seeds
     require_memory(SUB_RUN_BYTES * len(ROWS) * seeds, f"seeds={seeds}")
 
@@ -442,14 +446,9 @@ def run_table(settings: MleDiffusionTable, context: RunContext) -> dict:
     """Every row over ``seeds`` seeds (``out/<row>/seed<k>``, finished ones kept on resume); the table with each learned
     row's differences from the fixed one, paired by seed."""
     out, base, execution = context.out, settings.run, settings.execution
-    flat = flatten(settings)
-    common = {k: flat[k] for k in SETTINGS if k not in ROW_SETTINGS}  # a row's flat settings, as its config.json records them
     keys = [(label, folder, context.seed + k) for k in range(settings.seeds) for label, folder, _ in ROWS]
     made = {folder: overrides for _, folder, overrides in ROWS}
-    jobs = [
-        SubRun(out / folder / f"seed{seed}", seed, common | {"backward_rule": "elbo"} | made[folder], settings_type=MleDiffusionRun)
-        for label, folder, seed in keys
-    ]
+    jobs = [SubRun(out / folder / f"seed{seed}", seed, _row_settings(settings, made[folder]), settings_type=MleDiffusionRun) for label, folder, seed in keys]
     finished = run_many(run, jobs, context.resume, execution.jobs, executor=execution.executor, address=execution.address)
     unit = "bpd" if "bpd_bound" in finished[0] else "nll"
     names = [f"{unit}_bound", f"{unit}_iw", "mmd2"] + (["fd_digits"] if "fd_digits" in finished[0] else [])

@@ -50,12 +50,14 @@ class KernelDensity:
         if len(coords) != len(measure.pieces):
             raise ValueError(f"KernelDensity needs one coordinate family per piece: {len(coords)} for {len(measure.pieces)} pieces")
         mask = measure.component_mask()
-        present = mask.any(1)
-        if not bool(present.all()):
+        fewest, most = mask.sum(1).aminmax() if len(mask) else (torch.ones(()), torch.ones(()))
+        fewest, most = torch.stack([fewest, most]).tolist()  # one synchronisation
+        if fewest == 0:
             raise ValueError(
-                f"the reference kernel is the zero measure at {int((~present).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0"
+                f"the reference kernel is the zero measure at {int((~mask.any(1)).sum())} of {len(mask)} states; a policy is only defined where kappa(s, .) != 0"
             )
-        self.measure, self.coords = measure, tuple(coords)
+        self.measure, self.coords, self._mask = measure, tuple(coords), mask
+        self._one_component = most == 1  # every state has a single component (an SDE's levels): the draw takes it, no categorical
         self.logits = logits.masked_fill(~mask, float("-inf"))
         self.log_probs = torch.log_softmax(self.logits, 1)  # [B, K + C]
 
@@ -81,7 +83,11 @@ class KernelDensity:
             uniform = uniform_density(m)
             explore = torch.rand(m.batch, device=log_probs.device) < epsilon
             log_probs = torch.where(explore[:, None], uniform.log_probs.to(log_probs.dtype), log_probs)
-        comp = gumbel_max(log_probs)
+        if self._one_component:  # the categorical is certain; its uniforms are still drawn, so runs keep their random stream
+            torch.rand(log_probs.shape, dtype=log_probs.dtype, device=log_probs.device)
+            comp = self._mask.to(torch.uint8).argmax(1)
+        else:
+            comp = gumbel_max(log_probs)
         K, B = m.atoms.count, m.batch
         unfit = ~torch.isfinite(log_probs.gather(1, comp[:, None])[:, 0])  # NaN or infinite logits drew a component anyhow
         *drawn, n_unfit = torch.cat([torch.bincount(comp, minlength=m.n_components), unfit.sum()[None]]).tolist()  # one synchronisation

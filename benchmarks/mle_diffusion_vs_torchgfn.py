@@ -131,7 +131,7 @@ def _train_torchgfn(a, turns: Turns) -> dict:
             raise RuntimeError(f"torchgfn: loss is {value} at step {k}")
         return value
 
-    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk)
+    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk, a.seconds, a.turns)
     with torch.no_grad():
         torch.manual_seed(a.seed + 1)
         reference = -float(trainer.loss(None, held_out[:BATCH]))
@@ -180,7 +180,7 @@ def _train_ours(a, turns: Turns) -> dict:
         optimizer.step()
         return value
 
-    seconds = timed(step, a.iterations, "ours", turns, a.chunk)
+    seconds = timed(step, a.iterations, "ours", turns, a.chunk, a.seconds, a.turns)
     held_out = torch.load(_data_file(a))["held_out"].float()
     elbo, iw = log_likelihood_bounds(graph, gfn.pf, gfn.pb, mle_diffusion.data_states(held_out, T), a.samples)
     meta = {"parameters": sum(p.numel() for p in gfn.parameters()), "cfg": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool))}}

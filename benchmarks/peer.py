@@ -6,7 +6,8 @@ A benchmark script imports this module (``benchmarks/`` is on ``sys.path`` when 
 or both (:func:`run_sides`, in the parent).
 
 Turns: the two children live side by side but never compute at the same time. The parent hands the turn to one,
-which trains ``--chunk`` iterations and hands it back; the order alternates ABBA (torchgfn, ours, ours, torchgfn, ...)
+which trains ``--chunk`` iterations (with ``--seconds``, equal wall clock: until its timed iterations reach its share
+of the seconds) and hands it back; the order alternates ABBA (torchgfn, ours, ours, torchgfn, ...)
 so that a slow drift in the machine's load falls on both sides alike. One side after the other instead (the
 harness's first design) let the background change between the two halves of a run: on 2 shared cores the ratio of
 one unchanged code ranged from 0.47 to 0.58 over five seeds run back to back. The last turn of each side also holds its sampling
@@ -42,6 +43,8 @@ def parser(doc: str, samples: int, samples_help: str, debug_help: str) -> argpar
     p.add_argument("--quick", action="store_true", help="200 iterations (overrides --iterations)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk", type=_positive, default=100, help="iterations per turn; the two sides alternate turns, ABBA")
+    p.add_argument("--seconds", type=float, default=0.0, help="equal wall clock: each side trains this many seconds (timed iterations), in --turns turns; 0: --iterations each")
+    p.add_argument("--turns", type=_positive, default=10, help="with --seconds: turns per side, each up to its share of the seconds")
     p.add_argument("--samples", type=int, default=samples, help=samples_help)
     p.add_argument("--torchgfn-python", default=sys.executable, help="interpreter for the torchgfn side")
     p.add_argument("--ours-python", default=sys.executable, help="interpreter for our side")
@@ -81,23 +84,29 @@ class Turns:
         self._reply.flush()
 
 
-def timed(step, iterations: int, label: str, turns: Turns, chunk: int) -> list[float]:
-    """Seconds of each of ``iterations`` calls of ``step(k)`` (one whole training iteration each), ``chunk`` per turn; progress on stderr.
+def timed(step, iterations: int, label: str, turns: Turns, chunk: int, budget: float = 0.0, n_turns: int = 0) -> list[float]:
+    """Seconds of each call of ``step(k)`` (one whole training iteration each); progress on stderr.
 
-    Tells the parent it is ready first, then takes a turn per chunk. Returns holding the turn: the side's sampling
-    after training runs in its last turn, and the caller gives it back when its result file is written.
+    ``iterations`` calls, ``chunk`` per turn; or, with a ``budget`` in seconds (equal wall clock), ``n_turns`` turns,
+    the ``j``-th running until the timed iterations reach ``budget * j / n_turns`` seconds (at least one iteration a
+    turn), so both sides train the same seconds, each overshooting by less than one iteration.
+    Tells the parent it is ready first. Returns holding the turn: the side's sampling after training runs in its last
+    turn, and the caller gives it back when its result file is written.
     """
-    seconds = []
+    seconds: list[float] = []
     turns.give()  # set up and ready: the parent starts the first turn once both sides are
-    for k in range(iterations):
-        if k % chunk == 0:
-            turns.take()
-        t0 = time.perf_counter()
-        loss = step(k)
-        seconds.append(time.perf_counter() - t0)
-        if (k + 1) % max(1, iterations // 4) == 0:
-            print(f"  [{label}] iteration {k + 1}/{iterations}, loss {loss:.4g}, {sum(seconds):.1f} s so far", file=sys.stderr, flush=True)
-        if (k + 1) % chunk == 0 and k + 1 < iterations:
+    quotas = [budget * (j + 1) / n_turns for j in range(n_turns)] if budget > 0 else [None] * -(-iterations // chunk)
+    k = 0
+    for j, quota in enumerate(quotas):
+        turns.take()
+        first = k
+        while (k < min(iterations, first + chunk)) if quota is None else (k == first or sum(seconds) < quota):
+            t0 = time.perf_counter()
+            loss = step(k)
+            seconds.append(time.perf_counter() - t0)
+            k += 1
+        print(f"  [{label}] turn {j + 1}/{len(quotas)}: iteration {k}, loss {loss:.4g}, {sum(seconds):.1f} s so far", file=sys.stderr, flush=True)
+        if j + 1 < len(quotas):
             turns.give()
     return seconds
 
@@ -113,6 +122,7 @@ def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs:
     procs = {}
     for side in sides:
         cmd = [pythons[side], os.path.abspath(script), "--side", side, "--out", str(outs[side]), "--iterations", str(a.iterations), "--seed", str(a.seed), "--samples", str(a.samples), "--chunk", str(a.chunk)]
+        cmd += ["--seconds", str(a.seconds), "--turns", str(a.turns)]
         if a.torchgfn_debug:
             cmd.append("--torchgfn-debug")
         cmd += extra
@@ -127,7 +137,7 @@ def run_sides(script: str, pythons: dict[str, str], a: argparse.Namespace, outs:
     try:
         for side in sides:  # both set up (imports, models) before anything is timed
             wait_for(side)
-        for turn in range(-(-a.iterations // a.chunk)):
+        for turn in range(a.turns if a.seconds > 0 else -(-a.iterations // a.chunk)):
             for side in sides if turn % 2 == 0 else sides[::-1]:
                 proc = procs[side]
                 t0 = time.perf_counter()

@@ -92,7 +92,7 @@ def _train_ours(a, turns: Turns) -> tuple[list[float], np.ndarray, float, dict]:
         scheduler.step()
         return value
 
-    seconds = timed(step, a.iterations, "ours", turns, a.chunk)
+    seconds = timed(step, a.iterations, "ours", turns, a.chunk, a.seconds, a.turns)
     with torch.no_grad():
         x = sample_forward(graph, gfn.pf, a.samples).terminal
     meta = {"parameters": sum(p.numel() for p in gfn.parameters())}
@@ -135,7 +135,7 @@ def _train_torchgfn(a, turns: Turns) -> tuple[list[float], np.ndarray, float, di
         scheduler.step()
         return loss.item()
 
-    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk)
+    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk, a.seconds, a.turns)
     with torch.no_grad():
         x = gflownet.sample_terminating_states(env, a.samples).tensor
     meta = {"parameters": sum(p.numel() for p in gflownet.parameters()), "torchgfn": torchgfn.__version__}

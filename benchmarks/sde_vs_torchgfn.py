@@ -1,7 +1,14 @@
 """SDE sampler against torchgfn's diffusion sampler on the 2-D 9-Gaussian grid (or a target both ship): seconds per iteration, log Z bounds, modes.
 
-usage: python benchmarks/sde_vs_torchgfn.py [--iterations 2000 | --quick] [--seed 0] [--samples 2000]
-       [--target gmm9 | gmm25 | hard_funnel | many_well] [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
+usage: python benchmarks/sde_vs_torchgfn.py [--iterations 2000 | --quick | --seconds S [--turns 10]] [--seed 0] [--samples 2000]
+       [--target gmm9 | gmm25 | hard_funnel | many_well] [--ours-set KEY=VALUE ...] [--torchgfn-python PATH] [--ours-python PATH] [--torchgfn-debug]
+
+``--seconds S``: equal wall clock instead of equal iterations: each side trains until its timed iterations reach S
+seconds (``benchmarks/peer.py``), and the iterations each reached are printed. ``--ours-set``: our side's settings
+beyond the shared ones below (``gflownet-measure run sde``'s, e.g. ``regime=off exploration=0.2 langevin=true``: our
+recipe against the tutorial's at the same clock); without it both sides train the same recipe. Beside the bounds, both
+sides' samples are scored by ``gflownet_measure.experiments.sde.sample_metrics``: KS of x_0, the 25-Gaussian grid's
+per-mode share against the exact one, many-well's right-well masses.
 
 ``--target``: the default ``gmm9`` is the problem described below. The others are the Sendera et al. 2024 targets that
 torchgfn's ``DiffusionSampling`` registers itself (``gmm25_prior``, ``hard_funnel``, ``many_well``; ours:
@@ -208,7 +215,7 @@ def _train_torchgfn(a, turns: Turns) -> dict:
             raise RuntimeError(f"torchgfn: loss is {value} at iteration {k}")
         return value
 
-    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk)
+    seconds = timed(step, a.iterations, "torchgfn", turns, a.chunk, a.seconds, a.turns)
     with torch.no_grad():  # the forward half of the tutorial's evaluate_density_metrics, K trajectories
         trajectories = Sampler(estimator=gflownet.pf).sample_trajectories(env, n=a.samples, save_logprobs=True, save_estimator_outputs=False)
         log_pfs, log_pbs = get_trajectory_pfs_and_pbs(gflownet.pf, gflownet.pb, trajectories, recalculate_all_logprobs=False)
@@ -231,14 +238,15 @@ def _train_torchgfn(a, turns: Turns) -> dict:
     return {"seconds": seconds, "x": final[:, :-1], "log_w": log_w, "log_R": log_R_theirs, "log_Z": float(gflownet.logZ.item()), "meta": meta}
 
 
-def _ours_config(iterations: int, target: str) -> dict:
-    """Our settings: the defaults of gflownet_measure.experiments.sde.SETTINGS with the shared problem and budget."""
+def _ours_config(iterations: int, target: str, ours_set: list[str]) -> dict:
+    """Our settings: the defaults of gflownet_measure.experiments.sde.SETTINGS with the shared problem and budget, then
+    ``--ours-set KEY=VALUE`` (our own recipe, e.g. ``regime=off langevin=true``; printed as differing)."""
     from gflownet_measure.experiments import sde
-    from gflownet_measure.experiments.settings import resolve
+    from gflownet_measure.experiments.settings import parse_assignments, resolve
 
     shared = {"target": target, "n_steps": T, "batch_size": BATCH, "steps": iterations, "objective": "tb", "regime": "on"}
     as_tutorial = {"sigma": _sigma(target), "hidden": TGFN_NET["hidden_dim"], "learned_variance": False, "langevin": False, "lr": TGFN_LR, "lr_logZ": TGFN_LR_LOGZ, "lr_milestone": 0}
-    return resolve(sde.SETTINGS, shared | as_tutorial)
+    return resolve(sde.SETTINGS, shared | as_tutorial, parse_assignments(ours_set))
 
 
 def _train_ours(a, turns: Turns) -> dict:
@@ -249,7 +257,7 @@ def _train_ours(a, turns: Turns) -> dict:
     from gflownet_measure.training import make_optimizer, seed_everything
 
     seed_everything(a.seed)
-    cfg = _ours_config(a.iterations, a.target)
+    cfg = _ours_config(a.iterations, a.target, a.ours_set)
     settings = build(sde.SDERun, cfg)
     graph, gfn = sde.make_gflownet(settings)
     objective, batches = OBJECTIVES[cfg["objective"]], sde.make_batches(gfn, graph, settings)
@@ -269,7 +277,7 @@ def _train_ours(a, turns: Turns) -> dict:
         optimizer.step()
         return value
 
-    seconds = timed(step, a.iterations, "ours", turns, a.chunk)
+    seconds = timed(step, a.iterations, "ours", turns, a.chunk, a.seconds, a.turns)
     bounds = sde.evaluate_bounds(gfn, graph, a.samples)
     meta = {"parameters": sum(p.numel() for p in gfn.parameters()), "cfg": {k: v for k, v in cfg.items() if isinstance(v, (int, float, str, bool))}}
     return {
@@ -303,13 +311,14 @@ def _child(a) -> None:
 def _run_sides(a, workdir: Path) -> dict[str, dict]:
     """Both sides in child interpreters with one thread each, taking turns; each one's seconds, samples, bounds and metadata."""
     outs = {side: workdir / f"{side}.pt" for side in ("torchgfn", "ours")}
-    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs, ("--target", a.target, "--sigma", str(a.sigma)))
+    wall = run_sides(__file__, {"torchgfn": a.torchgfn_python, "ours": a.ours_python}, a, outs, ("--target", a.target, "--sigma", str(a.sigma), "--ours-set", *a.ours_set))
     return {side: torch.load(out, weights_only=False) | {"wall": wall[side]} for side, out in outs.items()}
 
 
 def main() -> None:
     p = parser(__doc__, 2000, "K: on-policy trajectories per side for the bounds and mode counts", "DiffusionSampling(debug=True), as the tutorial's debug=__debug__ gives outside python -O")
     p.add_argument("--target", choices=tuple(TGFN_TARGETS), default="gmm9", help="the target (module docstring)")
+    p.add_argument("--ours-set", nargs="*", default=[], metavar="KEY=VALUE", help="our side's settings beyond the shared ones (gflownet-measure run sde's), e.g. regime=off langevin=true")
     p.add_argument("--sigma", type=float, default=0.0, help=argparse.SUPPRESS)  # _sigma(target), set by the parent: the torchgfn child imports nothing of ours
     a = p.parse_args()
     if a.quick:
@@ -322,11 +331,12 @@ def main() -> None:
     from gflownet_measure.environments.sde_targets import TARGETS
 
     a.sigma = _sigma(a.target)
-    cfg = _ours_config(a.iterations, a.target)
+    cfg = _ours_config(a.iterations, a.target, a.ours_set)
     target = TARGETS[a.target]
     problem = f"2-D 9-Gaussian grid (means {{-5,0,5}}^2, variance {MODE_VAR}, log Z = 0)" if a.target == "gmm9" else f"{a.target} (d = {target.dim}, log Z = {target.log_Z:.4f})"
+    budget = f"{a.seconds:g} s of training each (equal wall clock)" if a.seconds > 0 else f"{a.iterations} iterations"
     print(f"{problem}: ours vs torchgfn diffusion sampler, TB with learned log Z, "
-          f"{a.iterations} iterations, seed {a.seed}, K = {a.samples} trajectories for the bounds and checks", flush=True)
+          f"{budget}, seed {a.seed}, K = {a.samples} trajectories for the bounds and checks", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         sides = _run_sides(a, Path(tmp))
     theirs, ours = sides["torchgfn"], sides["ours"]
@@ -348,11 +358,18 @@ def main() -> None:
         "grad clip (global norm)": {"ours": cfg["grad_clip"], "torchgfn": 0.0},
         "parameters (log Z included)": {"ours": mo["parameters"], "torchgfn": mt["parameters"]},
     }
+    if a.ours_set:
+        print("our side's own settings (--ours-set): " + " ".join(a.ours_set))
     print("settings (ours / torchgfn): " + ", ".join(f"{k} {v['ours']} / {v['torchgfn']}" + ("" if v["ours"] == v["torchgfn"] else " (differ)") for k, v in settings.items()))
+    from gflownet_measure.experiments.sde import sample_metrics
+
     checks: list[str] = []  # the per-target fields of each side, in the JSON record
     for r in (ours, theirs):
         r["s_per_it_mean"] = float(np.mean(r["seconds"]))
         r["s_per_it_median"] = float(np.median(r["seconds"]))
+        r["iterations"] = len(r["seconds"])
+        r["delta_log_Z"], r["delta_log_Z_RW"] = target.log_Z - r["B"], target.log_Z - r["B_RW"]
+        r["sample"] = {k: v for k, v in sample_metrics(a.target, r["x"]).items() if "/" not in k}  # ks_x0, mode shares, well masses
         if hasattr(target, "mode_counts"):
             r["modes"] = [int(c) for c in target.mode_counts(r["x"])]
             r["in_modes"] = sum(r["modes"])
@@ -377,8 +394,12 @@ def main() -> None:
     print(f"{'':36s} {'ours':>10s} {'torchgfn':>10s} {'ours/torchgfn':>14s}")
     for name, o, t, fmt in rows:
         print(f"{name:36s} {fmt.format(o):>10s} {fmt.format(t):>10s} {o / t:14.3f}")
-    for name, key in ((f"B = mean log w @{a.iterations}", "B"), (f"B_RW = log-mean-exp log w @{a.iterations}", "B_RW"), (f"learned log Z (exact {target.log_Z:.4f})", "log_Z")):
+    print(f"{'iterations trained':36s} {ours['iterations']:10d} {theirs['iterations']:10d}")
+    print(f"{'seconds trained (timed iterations)':36s} {sum(ours['seconds']):10.1f} {sum(theirs['seconds']):10.1f}")
+    for name, key in (("B = mean log w (ELBO)", "B"), ("B_RW = log-mean-exp log w (IW-ELBO)", "B_RW"), ("Delta log Z = log Z - B", "delta_log_Z"), ("Delta log Z^RW = log Z - B_RW", "delta_log_Z_RW"), (f"learned log Z (exact {target.log_Z:.4f})", "log_Z")):
         print(f"{name:36s} {ours[key]:10.4f} {theirs[key]:10.4f}")
+    for key in ours["sample"]:
+        print(f"{key:36s} {ours['sample'][key]:10.4g} {theirs['sample'][key]:10.4g}")
     print(f"{'wall of its turns (s, incl. evaluation)':36s} {ours['wall']:10.1f} {theirs['wall']:10.1f}")
     if "modes" in checks:
         n = len(target.means)
@@ -397,6 +418,8 @@ def main() -> None:
         "benchmark": "sde_vs_torchgfn",
         "target": a.target,
         "iterations": a.iterations,
+        "seconds": a.seconds,
+        "ours_set": a.ours_set,
         "seed": a.seed,
         "K": a.samples,
         "settings": settings,
@@ -405,7 +428,8 @@ def main() -> None:
         "ratio_s_per_it_median": ours["s_per_it_median"] / theirs["s_per_it_median"],
     }
     for side, r in (("ours", ours), ("torchgfn", theirs)):
-        record[side] = {k: r[k] for k in ("s_per_it_mean", "s_per_it_median", "B", "B_RW", "log_Z", *checks, "wall")} | {"meta": r["meta"]}
+        keys = ("s_per_it_mean", "s_per_it_median", "iterations", "B", "B_RW", "delta_log_Z", "delta_log_Z_RW", "log_Z", "sample", *checks, "wall")
+        record[side] = {k: r[k] for k in keys} | {"meta": r["meta"]}
     print("JSON " + json.dumps(record, default=str))
 
 

@@ -524,6 +524,18 @@ def final_samples(graph: PointedGraph, gfn: GFlowNet, n: int, pf: Policy | None 
     return (traj, *log_z_bounds(w))
 
 
+def start_metrics(out: Path, resume: bool, measure: Callable[[], dict]) -> dict:
+    """The untrained policy's metrics (steps = 0), ``measure()``, taken once before training on a forked random stream (so
+    the run's own draws are those it would make without them) and kept in ``start.json``; a resumed run reads them back."""
+    path = out / "start.json"
+    if resume and path.exists():
+        return json.loads(path.read_text())
+    with torch.random.fork_rng():
+        start = measure()
+    write_text(path, json.dumps(start) + "\n")
+    return start
+
+
 def balance_metrics(graph: PointedGraph, pf: Policy, pb: Policy, n: int, chunk: int = 100) -> dict[str, float]:
     """:func:`~gflownet_measure.metrics.log_weight_summary` of ``n`` on-policy trajectories of ``pf`` against ``pb``, drawn and
     scored ``chunk`` at a time (ELBO, log-weight sd, ESS, importance-weighted log Z): how close ``pf`` is to balance."""

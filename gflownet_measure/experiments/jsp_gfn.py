@@ -62,7 +62,7 @@ from gflownet_measure.options import Setting, check_options, option, settings_of
 from gflownet_measure.run_files import write_file, write_text
 from gflownet_measure.training import WeightAverage, seeded_generator
 
-from .common import ExecutionConfig, SubRun, balance_metrics, configure, learned_log_Z, run_many, train_gflownet
+from .common import ExecutionConfig, SubRun, balance_metrics, configure, learned_log_Z, run_many, start_metrics, train_gflownet
 from .memory import PARAMETER_BYTES, SUB_RUN_BYTES, require_memory, require_phases
 from .plots import optional_figure, plot_edge_marginals, plot_fit, plot_history, plot_per_dataset, plot_scatter_panels
 from .registry import Experiment, RunContext, register
@@ -459,7 +459,7 @@ def run(settings: JspGfnRun, context: RunContext) -> dict:
             drawn = posterior_samples(graph, pf, evaluation.posterior_samples)
         return scores(pf, drawn=drawn) | balance_metrics(graph, pf, pb, evaluation.weight_samples) | _marginals(drawn[0])
 
-    start = _start_metrics(out, resume, measure_start)
+    start = start_metrics(out, resume, measure_start)
     gfn, objective, batches = _training_parts(settings, graph, pf, pb, model, start, resume)
     ema = WeightAverage(pf, settings.ema) if settings.ema > 0 else None  # when on, the average is the sampler
     sampler = pf if ema is None else cast(JSPPolicy, ema.module)  # the average is a copy of pf
@@ -526,18 +526,6 @@ def run(settings: JspGfnRun, context: RunContext) -> dict:
 MIN_ROBUST_FIT = 1000
 """The fewest points of the log P_T vs log R fit whose RANSAC slope (``log_pt_vs_log_r_slope_robust``) is reported: on 30-50
 points the same policy gave slopes 0.72, 0.45 and -0.06 in three runs."""
-
-
-def _start_metrics(out: Path, resume: bool, measure) -> dict:
-    """The untrained policy's metrics (steps = 0), measured once before training on a forked random stream (so the run's
-    own draws are those it would make without them) and kept in ``start.json``; a resumed run reads them back."""
-    path = out / "start.json"
-    if resume and path.exists():
-        return json.loads(path.read_text())
-    with torch.random.fork_rng():
-        start = measure()
-    write_text(path, json.dumps(start) + "\n")
-    return start
 
 
 def _marginals(graphs: torch.Tensor) -> dict:

@@ -110,6 +110,12 @@ class DagParamsConfig:
         "theta_head=solver: Newton (linear-Gaussian CPDs) or preconditioned conjugate-gradient steps T on log R(G, .) per graph (not read by MLP CPDs)",
         low=0,
     )
+    solver_scale: float = option(
+        1.0,
+        "theta_head=solver: the scale's multiplier of the curvature's (Laplace) scale at initialisation, softplus(rho + c) = this at rho = 0 (1: mean-field for a Gaussian posterior; an MLP's posterior is not one: docs/results/jsp-gfn-d20.md)",
+        low=1e-6,
+        high=1e6,
+    )
     solver_starts: int = option(
         3,
         "MLP CPDs (theta_head=solver, or lookahead): prior draws seeded by the (node, parent set) that each per-node L-BFGS solve starts from, the best kept",
@@ -272,7 +278,7 @@ def make_policies(graph: PointedGraph, config: DagParamsConfig, problem: Problem
     if config.theta_head == "solver":
         base = network.theta_head
         assert isinstance(base, (DiagGaussianHead, FullGaussianHead))  # the fresh network's own head (MODELS)
-        network.theta_head = SolverHead(base, model, config.solver_steps, rows, laplace)
+        network.theta_head = SolverHead(base, model, config.solver_steps, rows, laplace, config.solver_scale)
     # the lookahead reads all rows: it shares the solves when the solver head does too
     scores = lookahead_scores(model, laplace if rows is None else None) if config.uses_lookahead else None
     return JSPPolicy(dag_kernel(graph), network, scale, None if scores is None else scores.edge_gains, config.calibrate), UniformPolicy(graph.kappa_b)

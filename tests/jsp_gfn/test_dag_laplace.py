@@ -25,6 +25,7 @@ from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er, s
 from gflownet_measure.jsp_gfn.bayesnets.laplace import LaplaceCache
 from gflownet_measure.jsp_gfn.bayesnets.linear_gaussian import LinearGaussian
 from gflownet_measure.jsp_gfn.bayesnets.scores import lookahead_scores
+from gflownet_measure.jsp_gfn.dag_params.solver import SolverHead
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,11 +122,11 @@ def test_the_cache_does_not_depend_on_the_order_or_batches_of_its_keys():
             assert torch.allclose(a, b, rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("scale", [1.0, 0.1])
-def test_mlp_solver_head_mean_is_the_cached_mode_and_lookahead_shares_the_solves(scale):
+def test_mlp_solver_head_mean_is_the_cached_mode_and_lookahead_shares_the_solves():
     """model=mlp theta_head=solver: the head's mean is each node's cached mode (float32 network outputs: 1e-5 relative)
-    and its scale at initialisation solver_scale x Lambda_pp^(-1/2); the lookahead's local scores are the same cache's marginals."""
-    cfg = dp.DagParamsConfig(d=3, hidden=8, model="mlp", theta_head="solver", lookahead="on", solver_iterations=30, n_data=20, solver_scale=scale)
+    and its scale at initialisation solver_scale x Lambda_pp^(-1/2) (1, and 0.1 from a head on the same cache); the
+    lookahead's local scores are the same cache's marginals."""
+    cfg = dp.DagParamsConfig(d=3, hidden=8, model="mlp", theta_head="solver", lookahead="on", solver_iterations=30, n_data=20)
     problem = dp.make_problem(cfg)
     pf, _ = dp.make_policies(dp.make_graph(cfg, problem), cfg, problem)
     head, adj = pf.network.theta_head, enumerate_dags(3)
@@ -133,7 +134,10 @@ def test_mlp_solver_head_mean_is_the_cached_mode_and_lookahead_shares_the_solves
     out = pf.network(adj.float()).theta
     on = problem.model.active(adj)
     assert torch.allclose(out.mean.double()[on], mode[on], rtol=1e-5, atol=1e-5)
-    assert torch.allclose(out.scale.double()[on], scale * precision.rsqrt()[on], rtol=1e-5)
+    assert torch.allclose(out.scale.double()[on], precision.rsqrt()[on], rtol=1e-5)
+    nodes, glob, _, _ = pf.network.trunk(adj.float())
+    tenth = SolverHead(head.base, problem.model, head.steps, None, head.laplace, scale=0.1)(nodes, glob, adj.float())
+    assert torch.allclose(tenth.scale.double()[on], 0.1 * precision.rsqrt()[on], rtol=1e-5)
     solved = len(head.laplace._index)
     pf.heads(adj)  # the lookahead's gains of every DAG: the keys grown by one parent, most already solved by the head
     assert len(head.laplace._index) > solved

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from gflownet_measure import run_files
 from gflownet_measure.graph import PointedGraph
+from gflownet_measure.jsp_gfn.baselines.structure import Budget
 from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
 from gflownet_measure.jsp_gfn.bayesnets.exact_posterior import ExactPosterior
 from gflownet_measure.jsp_gfn.bayesnets.linear_gaussian import LinearGaussian
@@ -274,3 +275,21 @@ def full_disk(monkeypatch):
 def leftovers(folder: Path) -> list[str]:
     """The temporary files (``*.tmp``) anywhere under ``folder``: a failed write must leave none."""
     return sorted(p.name for p in folder.rglob("*.tmp"))
+
+
+SMALL_BUDGET = Budget(
+    seed=3,
+    posterior_samples=40,
+    max_parents=0,
+    edges_per_node=1.0,
+    mcmc_steps=60,
+    mcmc_chains=2,
+    mcmc_burn_in=0.5,
+    mh_theta_step=0.1,
+    dibs_steps=10,
+    bcd_steps=10,
+    vbg_steps=10,
+    vbg_rounds=2,
+    bootstraps=4,
+)
+"""A structure baselines' budget small enough for a test (tests/jsp_gfn: the registry's and the collapsed MC3's)."""

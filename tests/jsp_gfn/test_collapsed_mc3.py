@@ -8,12 +8,14 @@ standard error :math:`\\sqrt{p(1-p) / \\mathrm{ESS}} \\le 0.5 / \\sqrt{\\mathrm{
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import SMALL_BUDGET as BUDGET
 from gflownet_measure.jsp_gfn.baselines.collapsed_mc3 import (
     _advance,
     _Chain,
@@ -27,7 +29,7 @@ from gflownet_measure.jsp_gfn.baselines.collapsed_mc3 import (
     split_rhat,
 )
 from gflownet_measure.jsp_gfn.baselines.mcmc import legal_moves
-from gflownet_measure.jsp_gfn.baselines.structure import Budget, sample
+from gflownet_measure.jsp_gfn.baselines.structure import sample
 from gflownet_measure.jsp_gfn.bayesnets.cpds import make_model
 from gflownet_measure.jsp_gfn.bayesnets.dags import enumerate_dags, is_dag, transitive_closure, weighted_features
 from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
@@ -232,23 +234,6 @@ def test_split_rhat_is_bda3_on_the_edge_indicators():
 # ---------------------------------------------------------------- registry and inputs
 
 
-BUDGET = Budget(
-    seed=3,
-    posterior_samples=40,
-    max_parents=0,
-    edges_per_node=1.0,
-    mcmc_steps=60,
-    mcmc_chains=2,
-    mcmc_burn_in=0.5,
-    mh_theta_step=0.1,
-    dibs_steps=10,
-    bcd_steps=10,
-    vbg_steps=10,
-    vbg_rounds=2,
-    bootstraps=4,
-)
-
-
 def test_registry_runs_it_with_the_budget_and_refuses_an_mlp_model():
     model = _linear(4)
     samples, extra = sample("mc3-collapsed", model, BUDGET)
@@ -256,7 +241,7 @@ def test_registry_runs_it_with_the_budget_and_refuses_an_mlp_model():
     direct = collapsed_mc3(model, n_samples=20, burn_in=30, thin=3, n_chains=2, seed=3)
     assert torch.equal(samples.graphs, direct.graphs) and torch.equal(samples.thetas, direct.thetas)
     assert set(extra) == {"acceptance", "rhat", "chain_spread"}
-    limited, _ = sample("mc3-collapsed", model, Budget(**(BUDGET.__dict__ | {"max_parents": 1})))
+    limited, _ = sample("mc3-collapsed", model, dataclasses.replace(BUDGET, max_parents=1))
     assert int(limited.graphs.sum(1).max()) <= 1
     categorical, _ = sample("mc3-collapsed", _categorical(), BUDGET)
     assert categorical.thetas is None and categorical.graphs.shape == (40, 3, 3)

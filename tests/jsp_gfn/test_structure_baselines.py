@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import SMALL_BUDGET as BUDGET
 from gflownet_measure.jsp_gfn.baselines.mcmc import mh_mc3
-from gflownet_measure.jsp_gfn.baselines.structure import STRUCTURE_BASELINES, Budget, available, load, sample
+from gflownet_measure.jsp_gfn.baselines.structure import STRUCTURE_BASELINES, available, load, sample
 from gflownet_measure.jsp_gfn.bayesnets.cpds import make_model
 from gflownet_measure.jsp_gfn.bayesnets.dags import is_dag
 from gflownet_measure.jsp_gfn.bayesnets.datasets.simulated import simulate_er
@@ -58,23 +59,6 @@ def test_importing_the_registry_imports_no_baseline_package():
     code = "import sys, gflownet_measure.jsp_gfn.baselines.structure; print(any(m in sys.modules for m in ('causallearn', 'dibs', 'jax')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-BUDGET = Budget(
-    seed=3,
-    posterior_samples=40,
-    max_parents=0,
-    edges_per_node=1.0,
-    mcmc_steps=60,
-    mcmc_chains=2,
-    mcmc_burn_in=0.5,
-    mh_theta_step=0.1,
-    dibs_steps=10,
-    bcd_steps=10,
-    vbg_steps=10,
-    vbg_rounds=2,
-    bootstraps=4,
-)
 
 
 def test_sample_runs_a_baseline_with_the_budget_as_its_arguments(problem):

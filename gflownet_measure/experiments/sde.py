@@ -43,7 +43,7 @@ from gflownet_measure.graph import PointedGraph
 from gflownet_measure.metrics import ks_distance, log_weights, log_z_bounds
 from gflownet_measure.objectives import OBJECTIVES, Batch, GFlowNet, get_objective, objective_names
 from gflownet_measure.options import check_options, option, settings_of
-from gflownet_measure.rollout import log_densities, sample_backward, sample_forward
+from gflownet_measure.rollout import log_densities, sample_forward
 from gflownet_measure.run_files import write_file
 from gflownet_measure.training import seeded_generator
 
@@ -232,17 +232,17 @@ def evaluate_eubo(gfn: GFlowNet, graph: PointedGraph, x: torch.Tensor, chunk: in
 
     .. math:: \\mathrm{EUBO} = \\mathbb E_{x \\sim R/Z,\\ \\tau \\sim P_B(\\cdot|x)}[w(\\tau)] = \\log Z + \\mathrm{KL}(P^*_B \\,\\|\\, P_F) \\ge \\log Z,
 
-    :math:`w = \\log R + \\sum \\log P_B - \\sum \\log P_F` as for the lower bound, :math:`P^*_B` the target's path measure
+    :math:`w = \\log R + \\sum \\log P_B - \\sum \\log P_F` as for the lower bound (the walks of
+    :func:`~gflownet_measure.experiments.local_search.backward_batch`), :math:`P^*_B` the target's path measure
     (:math:`R/Z` walked back with P_B). With the on-policy mean of ``w`` (the ELBO, ``log_Z_lower_bound``) it brackets
     :math:`\\log Z`; a sampler that misses a mode keeps a low ELBO gap but a large EUBO gap (the mode-covering side).
     torchgfn 2.4.1's ``DiffusionSampling`` reports the same pair."""
     ws = []
     with torch.no_grad():
         for k in range(0, len(x), chunk):
-            s = x[k : k + chunk]
-            s = torch.cat([s, torch.full((len(s), 1), float(graph.max_length - 1), dtype=s.dtype)], 1)
-            traj = sample_backward(graph, gfn.pb, s)
-            ws.append(log_weights(traj.log_R, *log_densities(traj, gfn.pf, gfn.pb), traj.mask))
+            walked = backward_batch(graph, gfn, x[k : k + chunk])
+            assert walked.scores is not None  # backward_batch scores the walks it draws
+            ws.append(log_weights(walked.traj.log_R, walked.scores.log_pf, walked.scores.log_pb, walked.traj.mask))
     return float(torch.cat(ws).double().mean())
 
 
